@@ -1,0 +1,571 @@
+/* GuardSet: checks built from Python (pydynamo/guards.py), evaluated in C on every call.
+ *
+ * A check = a chain of steps that reads one value (root: argument slot, global, builtin or
+ * closure cell; then getattr / getitem steps) + a test of that value. The protocol is documented
+ * in pydynamo/_C.pyi. Soundness rules: a read that raises fails the check (never a pass), a dead
+ * weak reference fails the check, and float constants compare bit for bit.
+ */
+#include "guards.h"
+#include <string.h>
+
+enum { ROOT_LOCAL, ROOT_GLOBAL, ROOT_BUILTIN, ROOT_CLOSURE, STEP_ATTR, STEP_ITEM };
+enum { TYPE_MATCH, ID_MATCH, EQUALS_MATCH, TENSOR_MATCH, DICT_KEYS, LEN, PREDICATE, NOT_PRESENT };
+static const char *const KIND_NAMES[] = {"TYPE_MATCH", "ID_MATCH", "EQUALS_MATCH", "TENSOR_MATCH",
+                                         "DICT_KEYS",  "LEN",      "PREDICATE",    "NOT_PRESENT"};
+#define N_KINDS ((int)(sizeof(KIND_NAMES) / sizeof(KIND_NAMES[0])))
+
+typedef struct {
+    int kind;
+    Py_ssize_t index;  /* ROOT_LOCAL, ROOT_CLOSURE */
+    PyObject *name;    /* ROOT_GLOBAL, ROOT_BUILTIN, STEP_ATTR (str); STEP_ITEM (key) */
+} Step;
+
+#define ANY_SIZE INT64_MIN
+
+typedef struct {
+    PyObject *type, *dtype, *device, *layout, *requires_grad;
+    /* descriptors looked up on the exact type once, so a check costs no attribute lookup */
+    PyObject *d_dtype, *d_device, *d_layout, *d_requires_grad, *d_shape, *d_stride;
+    Py_ssize_t ndim;
+    int64_t *sizes, *strides; /* ANY_SIZE = not checked (a dynamic dimension) */
+} TensorSpec;
+
+typedef struct {
+    Step *steps;
+    Py_ssize_t nsteps;
+    int kind;
+    PyObject *value;  /* ID/TYPE_MATCH: the object or a weakref to it; others: the constant */
+    int weak;         /* value is a weakref to the real target */
+    TensorSpec *tensor;
+    PyObject *text;
+} Check;
+
+typedef struct {
+    PyObject_HEAD
+    Check *checks;
+    Py_ssize_t n, cap;
+    Py_ssize_t max_local;
+} GuardSetObject;
+
+/* ---------------------------------------------------------------- reading values */
+
+/* New reference, or NULL (with or without an exception set) if the value cannot be read. */
+static PyObject *read_value(const Check *c, const PydGuardCtx *ctx)
+{
+    PyObject *cur = NULL;
+    const Step *root = &c->steps[0];
+    switch (root->kind) {
+    case ROOT_LOCAL:
+        if (root->index >= ctx->nlocals) return NULL;
+        cur = ctx->locals[root->index];
+        break;
+    case ROOT_GLOBAL:
+        cur = PyDict_GetItemWithError(ctx->globals, root->name);
+        break;
+    case ROOT_BUILTIN:
+        if (ctx->builtins == NULL) return NULL;
+        cur = PyDict_GetItemWithError(ctx->builtins, root->name);
+        break;
+    case ROOT_CLOSURE:
+        if (ctx->closure == NULL || root->index >= PyTuple_GET_SIZE(ctx->closure)) return NULL;
+        cur = PyCell_GET(PyTuple_GET_ITEM(ctx->closure, root->index));
+        break;
+    }
+    if (cur == NULL) return NULL;
+    Py_INCREF(cur);
+    for (Py_ssize_t i = 1; i < c->nsteps; i++) {
+        const Step *s = &c->steps[i];
+        PyObject *next;
+        if (s->kind == STEP_ATTR) {
+            next = PyObject_GetAttr(cur, s->name);
+        } else if (PyDict_CheckExact(cur)) {
+            next = PyDict_GetItemWithError(cur, s->name);
+            Py_XINCREF(next);
+        } else {
+            next = PyObject_GetItem(cur, s->name);
+        }
+        Py_DECREF(cur);
+        if (next == NULL) return NULL;
+        cur = next;
+    }
+    return cur;
+}
+
+/* ---------------------------------------------------------------- tests */
+
+/* Same type and equal; floats bit for bit (so -0.0 != 0.0 and nan == nan); tuples item by item. */
+static int const_equal(PyObject *a, PyObject *b)
+{
+    if (a == b) return 1;
+    if (Py_TYPE(a) != Py_TYPE(b)) return 0;
+    if (PyFloat_CheckExact(a)) {
+        double x = PyFloat_AS_DOUBLE(a), y = PyFloat_AS_DOUBLE(b);
+        return memcmp(&x, &y, sizeof(double)) == 0;
+    }
+    if (PyTuple_CheckExact(a)) {
+        Py_ssize_t n = PyTuple_GET_SIZE(a);
+        if (n != PyTuple_GET_SIZE(b)) return 0;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            int r = const_equal(PyTuple_GET_ITEM(a, i), PyTuple_GET_ITEM(b, i));
+            if (r != 1) return r;
+        }
+        return 1;
+    }
+    return PyObject_RichCompareBool(a, b, Py_EQ);
+}
+
+static PyObject *get_via(PyObject *descr, PyObject *obj)
+{
+    return Py_TYPE(descr)->tp_descr_get(descr, obj, (PyObject *)Py_TYPE(obj));
+}
+
+/* 1 match, 0 mismatch (detail names what differs), -1 error. */
+static int int_tuple_matches(PyObject *tup, const int64_t *want, Py_ssize_t n, const char **detail,
+                             const char *what)
+{
+    if (!PyTuple_Check(tup) || PyTuple_GET_SIZE(tup) != n) { *detail = what; return 0; }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (want[i] == ANY_SIZE) continue;
+        long long v = PyLong_AsLongLong(PyTuple_GET_ITEM(tup, i));
+        if (v == -1 && PyErr_Occurred()) return -1;
+        if (v != want[i]) { *detail = what; return 0; }
+    }
+    return 1;
+}
+
+static int tensor_matches(const TensorSpec *t, PyObject *v, const char **detail)
+{
+    if ((PyObject *)Py_TYPE(v) != t->type) { *detail = "type"; return 0; }
+    PyObject *x;
+    int r;
+#define SAME_AS(descr, want, name)                                       \
+    x = get_via(descr, v);                                               \
+    if (x == NULL) return -1;                                            \
+    r = (x == (want)) ? 1 : PyObject_RichCompareBool(x, (want), Py_EQ);  \
+    Py_DECREF(x);                                                        \
+    if (r != 1) { *detail = name; return r; }
+    SAME_AS(t->d_dtype, t->dtype, "dtype");
+    SAME_AS(t->d_device, t->device, "device");
+    SAME_AS(t->d_layout, t->layout, "layout");
+    SAME_AS(t->d_requires_grad, t->requires_grad, "requires_grad");
+#undef SAME_AS
+    x = get_via(t->d_shape, v);
+    if (x == NULL) return -1;
+    r = int_tuple_matches(x, t->sizes, t->ndim, detail, "size");
+    Py_DECREF(x);
+    if (r != 1) return r;
+    x = PyObject_Vectorcall(t->d_stride, &v, 1, NULL);
+    if (x == NULL) return -1;
+    r = int_tuple_matches(x, t->strides, t->ndim, detail, "stride");
+    Py_DECREF(x);
+    return r;
+}
+
+static int dict_keys_match(PyObject *v, PyObject *keys)
+{
+    if (!PyDict_CheckExact(v) || PyDict_GET_SIZE(v) != PyTuple_GET_SIZE(keys)) return 0;
+    Py_ssize_t pos = 0, i = 0;
+    PyObject *k, *unused;
+    while (PyDict_Next(v, &pos, &k, &unused)) {
+        PyObject *want = PyTuple_GET_ITEM(keys, i++);
+        if (k == want) continue;
+        if (Py_TYPE(k) != Py_TYPE(want)) return 0;
+        int r = PyObject_RichCompareBool(k, want, Py_EQ);
+        if (r != 1) return r;
+    }
+    return 1;
+}
+
+/* 1 pass, 0 fail, -1 error (treated as a failure by the caller). */
+static int run_check(const Check *c, const PydGuardCtx *ctx, const char **detail)
+{
+    if (c->kind == PREDICATE && c->nsteps == 0) {
+        PyObject *r = PyObject_CallNoArgs(c->value);
+        if (r == NULL) return -1;
+        int ok = PyObject_IsTrue(r);
+        Py_DECREF(r);
+        return ok;
+    }
+    PyObject *v = read_value(c, ctx);
+    if (v == NULL) {
+        if (PyErr_Occurred()) PyErr_Clear();
+        if (c->kind == NOT_PRESENT) return 1;
+        *detail = "value could not be read";
+        return 0;
+    }
+    int ok = 0;
+    PyObject *target = c->value;
+    if (c->weak) {
+        target = PyWeakref_GET_OBJECT(c->value);
+        if (target == Py_None) { /* dead: the guarded object is gone (None is never weakly held) */
+            Py_DECREF(v);
+            *detail = "guarded object no longer exists";
+            return 0;
+        }
+    }
+    switch (c->kind) {
+    case TYPE_MATCH: ok = (PyObject *)Py_TYPE(v) == target; break;
+    case ID_MATCH: ok = v == target; break;
+    case EQUALS_MATCH: ok = const_equal(v, target); break;
+    case TENSOR_MATCH: ok = tensor_matches(c->tensor, v, detail); break;
+    case DICT_KEYS: ok = dict_keys_match(v, target); break;
+    case LEN: {
+        Py_ssize_t n = PyObject_Length(v);
+        ok = n < 0 ? -1 : n == PyLong_AsSsize_t(target);
+        break;
+    }
+    case PREDICATE: {
+        PyObject *r = PyObject_CallOneArg(target, v);
+        ok = r == NULL ? -1 : PyObject_IsTrue(r);
+        Py_XDECREF(r);
+        break;
+    }
+    case NOT_PRESENT: ok = 0; *detail = "value is present"; break;
+    }
+    Py_DECREF(v);
+    return ok;
+}
+
+int pyd_guardset_check(PyObject *self, const PydGuardCtx *ctx, PyObject **why)
+{
+    GuardSetObject *gs = (GuardSetObject *)self;
+    for (Py_ssize_t i = 0; i < gs->n; i++) {
+        const char *detail = NULL;
+        int ok = run_check(&gs->checks[i], ctx, &detail);
+        if (ok == 1) continue;
+        if (ok < 0) {
+            detail = "raised an exception";
+            PyErr_Clear();
+        }
+        if (why != NULL) {
+            *why = detail ? PyUnicode_FromFormat("%U (%s)", gs->checks[i].text, detail)
+                          : Py_NewRef(gs->checks[i].text);
+            if (*why == NULL) PyErr_Clear();
+        }
+        return 0;
+    }
+    return 1;
+}
+
+Py_ssize_t pyd_guardset_max_local(PyObject *self) { return ((GuardSetObject *)self)->max_local; }
+
+/* ---------------------------------------------------------------- building from Python */
+
+static int parse_steps(PyObject *steps, Check *c)
+{
+    if (!PyTuple_Check(steps)) {
+        PyErr_SetString(PyExc_TypeError, "GuardSet.add: steps must be a tuple of (kind, arg) pairs");
+        return -1;
+    }
+    c->nsteps = PyTuple_GET_SIZE(steps);
+    c->steps = PyMem_Calloc(c->nsteps ? c->nsteps : 1, sizeof(Step));
+    if (c->steps == NULL) { PyErr_NoMemory(); return -1; }
+    for (Py_ssize_t i = 0; i < c->nsteps; i++) {
+        PyObject *s = PyTuple_GET_ITEM(steps, i);
+        const char *k;
+        PyObject *arg;
+        if (!PyTuple_Check(s) || PyTuple_GET_SIZE(s) != 2 ||
+            (k = PyUnicode_AsUTF8(PyTuple_GET_ITEM(s, 0))) == NULL) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError, "GuardSet.add: step %zd must be a (str, arg) pair, got %R", i, s);
+            return -1;
+        }
+        arg = PyTuple_GET_ITEM(s, 1);
+        Step *st = &c->steps[i];
+        int is_root = (i == 0);
+        if (is_root && (k[0] == 'L' || k[0] == 'C') && k[1] == 0) {
+            st->kind = k[0] == 'L' ? ROOT_LOCAL : ROOT_CLOSURE;
+            st->index = PyLong_AsSsize_t(arg);
+            if (st->index < 0) {
+                if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "GuardSet.add: negative slot index");
+                return -1;
+            }
+            continue;
+        }
+        if (is_root && (k[0] == 'G' || k[0] == 'B') && k[1] == 0) st->kind = k[0] == 'G' ? ROOT_GLOBAL : ROOT_BUILTIN;
+        else if (!is_root && k[0] == 'a' && k[1] == 0) st->kind = STEP_ATTR;
+        else if (!is_root && k[0] == 'i' && k[1] == 0) st->kind = STEP_ITEM;
+        else {
+            PyErr_Format(PyExc_ValueError, "GuardSet.add: bad %s step %R (roots: L, G, B, C; then a, i)",
+                         is_root ? "root" : "chain", s);
+            return -1;
+        }
+        if (st->kind != STEP_ITEM && !PyUnicode_Check(arg)) {
+            PyErr_Format(PyExc_TypeError, "GuardSet.add: step %R needs a str name", s);
+            return -1;
+        }
+        st->name = Py_NewRef(arg);
+    }
+    return 0;
+}
+
+static PyObject *lookup_descr(PyObject *type, const char *name)
+{
+    PyObject *key = PyUnicode_InternFromString(name);
+    if (key == NULL) return NULL;
+    PyObject *d = _PyType_Lookup((PyTypeObject *)type, key); /* borrowed */
+    Py_DECREF(key);
+    if (d == NULL || Py_TYPE(d)->tp_descr_get == NULL) {
+        PyErr_Format(PyExc_TypeError, "TENSOR_MATCH: type %R has no descriptor %s", type, name);
+        return NULL;
+    }
+    return Py_NewRef(d);
+}
+
+static int parse_int_tuple(PyObject *tup, Py_ssize_t n, int64_t **out)
+{
+    if (!PyTuple_Check(tup) || PyTuple_GET_SIZE(tup) != n) {
+        PyErr_SetString(PyExc_TypeError, "TENSOR_MATCH: sizes and strides must be tuples of equal length");
+        return -1;
+    }
+    *out = PyMem_Calloc(n ? n : 1, sizeof(int64_t));
+    if (*out == NULL) { PyErr_NoMemory(); return -1; }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyTuple_GET_ITEM(tup, i);
+        if (item == Py_None) { (*out)[i] = ANY_SIZE; continue; }
+        (*out)[i] = PyLong_AsLongLong(item);
+        if ((*out)[i] == -1 && PyErr_Occurred()) return -1;
+    }
+    return 0;
+}
+
+static void free_tensor_spec(TensorSpec *t)
+{
+    if (t == NULL) return;
+    Py_XDECREF(t->type); Py_XDECREF(t->dtype); Py_XDECREF(t->device); Py_XDECREF(t->layout);
+    Py_XDECREF(t->requires_grad); Py_XDECREF(t->d_dtype); Py_XDECREF(t->d_device);
+    Py_XDECREF(t->d_layout); Py_XDECREF(t->d_requires_grad); Py_XDECREF(t->d_shape);
+    Py_XDECREF(t->d_stride);
+    PyMem_Free(t->sizes); PyMem_Free(t->strides); PyMem_Free(t);
+}
+
+static int parse_tensor_spec(PyObject *value, Check *c)
+{
+    PyObject *type, *dtype, *device, *layout, *rg, *sizes, *strides;
+    if (!PyTuple_Check(value) ||
+        !PyArg_ParseTuple(value, "O!OOOOOO", &PyType_Type, &type, &dtype, &device, &layout, &rg, &sizes, &strides)) {
+        PyErr_Clear();
+        PyErr_SetString(PyExc_TypeError,
+                        "TENSOR_MATCH value must be (type, dtype, device, layout, requires_grad, sizes, strides)");
+        return -1;
+    }
+    TensorSpec *t = c->tensor = PyMem_Calloc(1, sizeof(TensorSpec));
+    if (t == NULL) { PyErr_NoMemory(); return -1; }
+    t->type = Py_NewRef(type); t->dtype = Py_NewRef(dtype); t->device = Py_NewRef(device);
+    t->layout = Py_NewRef(layout); t->requires_grad = Py_NewRef(rg);
+    if (!(t->d_dtype = lookup_descr(type, "dtype")) || !(t->d_device = lookup_descr(type, "device")) ||
+        !(t->d_layout = lookup_descr(type, "layout")) ||
+        !(t->d_requires_grad = lookup_descr(type, "requires_grad")) ||
+        !(t->d_shape = lookup_descr(type, "shape")) || !(t->d_stride = lookup_descr(type, "stride")))
+        return -1;
+    if (!PyTuple_Check(sizes)) { PyErr_SetString(PyExc_TypeError, "TENSOR_MATCH: sizes must be a tuple"); return -1; }
+    t->ndim = PyTuple_GET_SIZE(sizes);
+    if (parse_int_tuple(sizes, t->ndim, &t->sizes) < 0 || parse_int_tuple(strides, t->ndim, &t->strides) < 0)
+        return -1;
+    return 0;
+}
+
+static void free_check(Check *c)
+{
+    for (Py_ssize_t i = 0; i < c->nsteps; i++) Py_XDECREF(c->steps[i].name);
+    PyMem_Free(c->steps);
+    Py_XDECREF(c->value);
+    Py_XDECREF(c->text);
+    free_tensor_spec(c->tensor);
+    memset(c, 0, sizeof(*c));
+}
+
+static PyObject *GuardSet_add(GuardSetObject *self, PyObject *args)
+{
+    PyObject *steps, *value, *text;
+    const char *kind;
+    if (!PyArg_ParseTuple(args, "O!sOU:add", &PyTuple_Type, &steps, &kind, &value, &text)) return NULL;
+    Check c;
+    memset(&c, 0, sizeof(c));
+    c.kind = -1;
+    for (int k = 0; k < N_KINDS; k++)
+        if (strcmp(kind, KIND_NAMES[k]) == 0) c.kind = k;
+    if (c.kind < 0) {
+        PyErr_Format(PyExc_ValueError, "GuardSet.add: unknown check kind %s", kind);
+        return NULL;
+    }
+    if (parse_steps(steps, &c) < 0) goto fail;
+    if (c.nsteps == 0 && c.kind != PREDICATE) {
+        PyErr_SetString(PyExc_ValueError, "GuardSet.add: only PREDICATE checks may have no steps");
+        goto fail;
+    }
+    c.text = Py_NewRef(text);
+    switch (c.kind) {
+    case TYPE_MATCH:
+    case ID_MATCH:
+        /* A weak reference where possible: the cache lives in co_extra, which the cyclic GC
+         * cannot see, so a strong reference to a user object could keep it alive forever. */
+        if (c.kind == TYPE_MATCH && !PyType_Check(value)) {
+            PyErr_SetString(PyExc_TypeError, "TYPE_MATCH needs a type");
+            goto fail;
+        }
+        c.value = PyWeakref_NewRef(value, NULL);
+        if (c.value != NULL) c.weak = 1;
+        else if (PyErr_ExceptionMatches(PyExc_TypeError)) { PyErr_Clear(); c.value = Py_NewRef(value); }
+        else goto fail;
+        break;
+    case TENSOR_MATCH:
+        if (parse_tensor_spec(value, &c) < 0) goto fail;
+        break;
+    case DICT_KEYS:
+        if (!PyTuple_Check(value)) { PyErr_SetString(PyExc_TypeError, "DICT_KEYS needs a tuple of keys"); goto fail; }
+        c.value = Py_NewRef(value);
+        break;
+    case LEN:
+        if (!PyLong_Check(value)) { PyErr_SetString(PyExc_TypeError, "LEN needs an int"); goto fail; }
+        c.value = Py_NewRef(value);
+        break;
+    case PREDICATE:
+        if (!PyCallable_Check(value)) { PyErr_SetString(PyExc_TypeError, "PREDICATE needs a callable"); goto fail; }
+        c.value = Py_NewRef(value);
+        break;
+    case EQUALS_MATCH: {
+        /* Only immutable constants: a mutable one could change after the guard was made. */
+        PyObject *stack[64];
+        int top = 0;
+        stack[top++] = value;
+        while (top) {
+            PyObject *o = stack[--top];
+            if (PyTuple_CheckExact(o)) {
+                for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(o) && top < 64; i++) stack[top++] = PyTuple_GET_ITEM(o, i);
+                if (top >= 64) { PyErr_SetString(PyExc_ValueError, "EQUALS_MATCH: tuple too large"); goto fail; }
+            } else if (!(o == Py_None || PyBool_Check(o) || PyLong_CheckExact(o) || PyFloat_CheckExact(o) ||
+                         PyUnicode_CheckExact(o))) {
+                PyErr_Format(PyExc_TypeError, "EQUALS_MATCH takes None, bool, int, float, str or tuples of "
+                             "these, not %.100s", Py_TYPE(o)->tp_name);
+                goto fail;
+            }
+        }
+        c.value = Py_NewRef(value);
+        break;
+    }
+    case NOT_PRESENT:
+        break;
+    }
+    if (self->n == self->cap) {
+        Py_ssize_t cap = self->cap ? self->cap * 2 : 8;
+        Check *grown = PyMem_Realloc(self->checks, cap * sizeof(Check));
+        if (grown == NULL) { PyErr_NoMemory(); goto fail; }
+        self->checks = grown;
+        self->cap = cap;
+    }
+    if (c.nsteps && c.steps[0].kind == ROOT_LOCAL && c.steps[0].index > self->max_local)
+        self->max_local = c.steps[0].index;
+    self->checks[self->n++] = c;
+    Py_RETURN_NONE;
+fail:
+    free_check(&c);
+    return NULL;
+}
+
+/* check(args, globals, builtins=None, closure=None): the same evaluation as the hit path, on
+ * values given from Python (tests, tools). */
+static int ctx_from_args(PyObject *args, PyObject *kw, PydGuardCtx *ctx, PyObject **holder)
+{
+    static char *names[] = {"args", "globals", "builtins", "closure", NULL};
+    PyObject *list, *globals, *builtins = Py_None, *closure = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO!|OO", names, &list, &PyDict_Type, &globals, &builtins, &closure))
+        return -1;
+    *holder = PySequence_Fast(list, "args must be a sequence");
+    if (*holder == NULL) return -1;
+    ctx->locals = PySequence_Fast_ITEMS(*holder);
+    ctx->nlocals = PySequence_Fast_GET_SIZE(*holder);
+    ctx->globals = globals;
+    ctx->builtins = PyDict_Check(builtins) ? builtins : NULL;
+    ctx->closure = PyTuple_Check(closure) ? closure : NULL;
+    return 0;
+}
+
+static PyObject *GuardSet_check(GuardSetObject *self, PyObject *args, PyObject *kw)
+{
+    PydGuardCtx ctx;
+    PyObject *holder;
+    if (ctx_from_args(args, kw, &ctx, &holder) < 0) return NULL;
+    int ok = pyd_guardset_check((PyObject *)self, &ctx, NULL);
+    Py_DECREF(holder);
+    return PyBool_FromLong(ok);
+}
+
+static PyObject *GuardSet_first_failure(GuardSetObject *self, PyObject *args, PyObject *kw)
+{
+    PydGuardCtx ctx;
+    PyObject *holder, *why = NULL;
+    if (ctx_from_args(args, kw, &ctx, &holder) < 0) return NULL;
+    int ok = pyd_guardset_check((PyObject *)self, &ctx, &why);
+    Py_DECREF(holder);
+    if (ok || why == NULL) Py_RETURN_NONE;
+    return why;
+}
+
+static PyObject *GuardSet_texts(GuardSetObject *self, PyObject *unused)
+{
+    PyObject *out = PyList_New(self->n);
+    if (out == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < self->n; i++) PyList_SET_ITEM(out, i, Py_NewRef(self->checks[i].text));
+    return out;
+}
+
+static PyObject *GuardSet_repr(GuardSetObject *self)
+{
+    PyObject *texts = GuardSet_texts(self, NULL), *sep = NULL, *body = NULL, *out = NULL;
+    if (texts && (sep = PyUnicode_FromString("\n  ")) && (body = PyUnicode_Join(sep, texts)))
+        out = PyUnicode_FromFormat("GuardSet(%zd checks)%s%U", self->n, self->n ? ":\n  " : "", body);
+    Py_XDECREF(texts); Py_XDECREF(sep); Py_XDECREF(body);
+    return out;
+}
+
+static Py_ssize_t GuardSet_len(GuardSetObject *self) { return self->n; }
+
+static int GuardSet_init(GuardSetObject *self, PyObject *args, PyObject *kw)
+{
+    if (!PyArg_ParseTuple(args, ":GuardSet") || (kw && PyDict_GET_SIZE(kw))) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "GuardSet() takes no arguments");
+        return -1;
+    }
+    self->max_local = -1;
+    return 0;
+}
+
+static void GuardSet_dealloc(GuardSetObject *self)
+{
+    for (Py_ssize_t i = 0; i < self->n; i++) free_check(&self->checks[i]);
+    PyMem_Free(self->checks);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMethodDef GuardSet_methods[] = {
+    {"add", (PyCFunction)GuardSet_add, METH_VARARGS, "add(steps, kind, value, text): append one check"},
+    {"check", (PyCFunction)(void (*)(void))GuardSet_check, METH_VARARGS | METH_KEYWORDS,
+     "check(args, globals, builtins=None, closure=None) -> bool"},
+    {"first_failure", (PyCFunction)(void (*)(void))GuardSet_first_failure, METH_VARARGS | METH_KEYWORDS,
+     "first_failure(args, globals, builtins=None, closure=None) -> text of the first failing check, or None"},
+    {"texts", (PyCFunction)GuardSet_texts, METH_NOARGS, "the readable text of every check, in order"},
+    {NULL},
+};
+
+static PySequenceMethods GuardSet_as_sequence = {.sq_length = (lenfunc)GuardSet_len};
+
+PyTypeObject PydGuardSet_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "pydynamo._C.GuardSet",
+    .tp_basicsize = sizeof(GuardSetObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Checks on a frame's arguments, globals and closure, evaluated in C (see pydynamo/_C.pyi).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)GuardSet_init,
+    .tp_dealloc = (destructor)GuardSet_dealloc,
+    .tp_repr = (reprfunc)GuardSet_repr,
+    .tp_methods = GuardSet_methods,
+    .tp_as_sequence = &GuardSet_as_sequence,
+};
+
+int pyd_guards_init(PyObject *module)
+{
+    if (PyType_Ready(&PydGuardSet_Type) < 0) return -1;
+    return PyModule_AddObjectRef(module, "GuardSet", (PyObject *)&PydGuardSet_Type);
+}

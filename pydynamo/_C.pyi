@@ -1,0 +1,104 @@
+"""pydynamo._C: the PEP 523 frame-evaluation hook, the per-code cache and GuardSet (csrc/).
+
+The hook protocol
+-----------------
+Each thread has its own setting, changed with ``set_eval_frame(setting)``, which returns the
+previous one:
+
+* ``None``  -- off: frames run as if pydynamo were not there (the previous eval function runs them).
+* ``False`` -- run-only: a frame whose code has a cache entry whose guards hold runs that entry's
+  code; a miss runs the original code; nothing is compiled.
+* a callable ``callback(frame: Frame, cache_size: int)`` -- asked to compile on a miss. While it
+  runs, this thread's hook is off (frames it starts run normally), so compiling never recurses.
+  It answers with one of:
+
+  - a ``CacheEntry``: added to the code's cache (newest first) and run now for this frame;
+  - ``None``: run the original code this time (ask again next call);
+  - ``SKIP``: never intercept this code again (until ``reset``); run the original now.
+
+  An exception raised by the callback is passed to the error handler (``set_error_handler``,
+  pydynamo logs it) and the frame runs eagerly.
+
+The eval function is installed in the interpreter only while at least one thread has a setting
+other than ``None``, and removed when none has (any installed eval function disables CPython's
+inlined Python-to-Python calls). It chains to whatever eval function was installed before it.
+
+Frames never intercepted: generators, coroutines and async generators; a frame resumed mid-way;
+module and class bodies; code marked ``SKIP``; the code of cache entries themselves; frames started
+while a callback or a guard runs; frames run by a tracing or profiling function.
+
+The hit path
+------------
+For each entry of the code's cache, newest first, the entry's guards are checked against the
+frame's argument slots in place (no dict of locals is built). On the first success the entry's
+code runs as a new function (the frame's globals, the function's closure) called with the frame's
+arguments, and its result is the frame's result. Entry code must have the same arguments, cell
+variables and free variables as the original code (checked when the entry is made).
+
+Guards
+------
+A ``GuardSet`` is a list of checks. Each check reads a value by a chain of steps and tests it.
+The first step is the root:
+
+* ``("L", i)``  argument slot ``i`` of the frame (``co_varnames[i]``, an argument)
+* ``("G", name)`` a global of the frame (missing: the check fails)
+* ``("B", name)`` a builtin of the frame
+* ``("C", i)``  the contents of closure cell ``i`` (``co_freevars[i]``)
+
+then any number of ``("a", name)`` (``getattr``) and ``("i", key)`` (``obj[key]``) steps. An
+exception while reading means the check fails. Check kinds, with their ``value``:
+
+* ``TYPE_MATCH``   a type: ``type(v) is value``
+* ``ID_MATCH``     an object: ``v is value`` (held by a weak reference where possible; a dead
+                   weak reference fails the check)
+* ``EQUALS_MATCH`` None, bool, int, float, str or a tuple of these: same type, equal
+                   (floats bit for bit)
+* ``TENSOR_MATCH`` ``(type, dtype, device, layout, requires_grad, sizes, strides)``; sizes and
+                   strides are tuples of ints, ``None`` in a position means "any"
+* ``DICT_KEYS``    a tuple: ``type(v) is dict`` and its keys are exactly these, in this order
+* ``LEN``          an int: ``len(v) == value``
+* ``PREDICATE``    a callable: ``bool(value(v))``; with no steps at all, ``value()`` is called
+* ``NOT_PRESENT``  no value: the read must fail (e.g. a global that must not exist)
+
+Every check has a ``text``: how it reads in logs and in recompile reasons.
+"""
+from types import CodeType
+from typing import Any, Callable, Optional
+
+SKIP: object
+
+class Frame:
+    """A view of the frame being evaluated; valid only during the callback."""
+    f_code: CodeType
+    f_globals: dict
+    f_builtins: dict
+    f_func: Any
+    closure: Optional[tuple]
+    f_locals: dict  # arguments and closure contents, built on demand
+    f_lineno: int
+
+class GuardSet:
+    def __init__(self) -> None: ...
+    def add(self, steps: tuple, kind: str, value: Any, text: str) -> None: ...
+    def check(self, args: list, globals: dict, builtins: dict = ..., closure: tuple = ...) -> bool: ...
+    def first_failure(self, args: list, globals: dict, builtins: dict = ..., closure: tuple = ...) -> Optional[str]: ...
+    def check_frame(self, frame: Frame) -> Optional[str]: ...  # first failing check's text, or None
+    def texts(self) -> list: ...
+    def __len__(self) -> int: ...
+
+class CacheEntry:
+    guards: Any  # GuardSet, or a callable taking the dict of the frame's arguments
+    code: CodeType
+    def __init__(self, guards: Any, code: CodeType, orig_code: CodeType) -> None: ...
+
+def set_eval_frame(setting: Any) -> Any: ...
+def get_eval_frame() -> Any: ...
+def is_installed() -> bool: ...
+def get_cache_entries(code: CodeType) -> list: ...
+def cache_size(code: CodeType) -> int: ...
+def mark_skip(code: CodeType) -> None: ...
+def is_skipped(code: CodeType) -> bool: ...
+def reset_code(code: CodeType) -> None: ...
+def reset() -> None: ...
+def set_error_handler(fn: Optional[Callable[[BaseException], None]]) -> None: ...
+def debug_counters() -> dict: ...

@@ -1,0 +1,14 @@
+import pytest
+
+from pydynamo import _C
+
+
+@pytest.fixture(autouse=True)
+def _clean_hook():
+    """Every test starts and ends with the hook off and the caches empty in this thread."""
+    _C.set_eval_frame(None)
+    _C.reset()
+    yield
+    leaked = _C.set_eval_frame(None)
+    _C.reset()
+    assert leaked is None, f"test left the hook on: {leaked!r}"

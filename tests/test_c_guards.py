@@ -1,0 +1,171 @@
+"""GuardSet: every check kind, value chains, failure texts, refusal of bad input."""
+import gc
+import types
+
+import pytest
+import torch
+
+from pydynamo import _C
+from c_support import guards
+
+
+def L(i, *chain):
+    return (("L", i),) + tuple(chain)
+
+
+def one(steps, kind, value, text="check"):
+    return guards((steps, kind, value, text))
+
+
+def tensor_spec(t, sizes=None, strides=None):
+    return (type(t), t.dtype, t.device, t.layout, t.requires_grad,
+            tuple(t.shape) if sizes is None else sizes, t.stride() if strides is None else strides)
+
+
+def test_type_match_is_exact():
+    class Sub(int):
+        pass
+    gs = one(L(0), "TYPE_MATCH", int)
+    assert gs.check([3], {})
+    assert not gs.check([Sub(3)], {})
+    assert not gs.check([True], {})
+
+
+def test_id_match_weak_and_strong():
+    class Obj:
+        pass
+    a, b = Obj(), Obj()
+    gs = one(L(0), "ID_MATCH", a)
+    assert gs.check([a], {}) and not gs.check([b], {})
+    # a dead weak reference fails: even None, which a dead weakref reads as, must not pass
+    del a
+    gc.collect()
+    assert not gs.check([None], {})
+    assert "no longer exists" in gs.first_failure([None], {})
+    strong = one(L(0), "ID_MATCH", [1])  # lists are not weakly referenceable: held strongly
+    assert not strong.check([[1]], {})
+
+
+@pytest.mark.parametrize("value,same,different", [
+    (None, None, 0),
+    (True, True, 1),
+    (1, 1, True),
+    (1, 1, 1.0),
+    (0.0, 0.0, -0.0),
+    (float("nan"), float("nan"), 1.0),
+    ("s", "s", b"s"),
+    ((1, "a", (2.5, None)), (1, "a", (2.5, None)), (1, "a", (2.5, 0))),
+    ((1,), (1,), (True,)),
+])
+def test_equals_match_same_type_and_bits(value, same, different):
+    gs = one(L(0), "EQUALS_MATCH", value)
+    assert gs.check([same], {})
+    assert not gs.check([different], {})
+
+
+def test_equals_match_refuses_mutable_constants():
+    with pytest.raises(TypeError, match="EQUALS_MATCH takes"):
+        one(L(0), "EQUALS_MATCH", [1])
+    with pytest.raises(TypeError, match="EQUALS_MATCH takes"):
+        one(L(0), "EQUALS_MATCH", (1, {}))
+
+
+def test_tensor_match_each_property():
+    t = torch.randn(2, 3)
+    gs = one(L(0), "TENSOR_MATCH", tensor_spec(t), "L['x']")
+    assert gs.check([t], {}) and gs.check([torch.zeros(2, 3)], {})
+    cases = {
+        "type": torch.nn.Parameter(torch.randn(2, 3)),
+        "dtype": torch.randn(2, 3, dtype=torch.float64),
+        "device": torch.randn(2, 3, device="meta"),
+        "layout": torch.randn(2, 3).to_sparse(),
+        "requires_grad": torch.randn(2, 3, requires_grad=True),
+        "size": torch.randn(3, 3),
+        "stride": torch.randn(3, 2).t(),
+    }
+    for what, other in cases.items():
+        assert not gs.check([other], {}), what
+        assert gs.first_failure([other], {}) == f"L['x'] ({what})"
+    assert not gs.check([torch.randn(2, 3, 1)], {})  # rank
+    assert gs.first_failure([3], {}) == "L['x'] (type)"
+    assert "could not be read" in gs.first_failure([], {})
+
+
+def test_tensor_match_any_size():
+    t = torch.randn(2, 3)
+    gs = one(L(0), "TENSOR_MATCH", tensor_spec(t, sizes=(None, 3), strides=(None, 1)))
+    assert gs.check([torch.randn(7, 3)], {})
+    assert not gs.check([torch.randn(7, 4)], {})
+
+
+def test_dict_keys_len_predicate_not_present():
+    assert one(L(0), "DICT_KEYS", ("a", "b")).check([{"a": 1, "b": 2}], {})
+    assert not one(L(0), "DICT_KEYS", ("a", "b")).check([{"b": 2, "a": 1}], {})  # order matters
+    assert not one(L(0), "DICT_KEYS", ("a",)).check([{"a": 1, "b": 2}], {})
+    assert not one(L(0), "DICT_KEYS", (1,)).check([{True: 1}], {})
+    assert one(L(0), "LEN", 2).check([[1, 2]], {}) and not one(L(0), "LEN", 2).check([[1]], {})
+    assert not one(L(0), "LEN", 2).check([3], {})  # len() raising fails the check
+    assert one(L(0), "PREDICATE", lambda v: v > 2).check([3], {})
+    assert not one(L(0), "PREDICATE", lambda v: 1 / 0).check([3], {})
+    flag = []
+    assert one((), "PREDICATE", lambda: not flag).check([], {})
+    flag.append(1)
+    assert not one((), "PREDICATE", lambda: not flag).check([], {})
+    assert one((("G", "missing"),), "NOT_PRESENT", None).check([], {})
+    assert not one((("G", "there"),), "NOT_PRESENT", None).check([], {"there": 1})
+
+
+def test_chains_from_every_root():
+    mod = types.SimpleNamespace(cfg={"k": [10, 20]}, w=3)
+    cell = types.CellType(mod)
+    g = {"M": mod}
+    b = {"len": len}
+    gs = guards(
+        (L(0, ("a", "cfg"), ("i", "k"), ("i", 1)), "EQUALS_MATCH", 20, "L['m'].cfg['k'][1] == 20"),
+        ((("G", "M"), ("a", "w")), "EQUALS_MATCH", 3, "G['M'].w == 3"),
+        ((("B", "len"),), "ID_MATCH", len, "B['len'] is len"),
+        ((("C", 0), ("a", "w")), "EQUALS_MATCH", 3, "closure[0].w == 3"),
+    )
+    assert gs.check([mod], g, b, (cell,))
+    mod.cfg["k"][1] = 21
+    assert gs.first_failure([mod], g, b, (cell,)) == "L['m'].cfg['k'][1] == 20"
+    mod.cfg["k"][1] = 20
+    assert gs.first_failure([mod], {}, b, (cell,)) == "G['M'].w == 3 (value could not be read)"
+    assert gs.first_failure([mod], g, {}, (cell,)) == "B['len'] is len (value could not be read)"
+    assert gs.first_failure([mod], g, b, (types.CellType(),)) == "closure[0].w == 3 (value could not be read)"
+    assert gs.first_failure([mod], g, b, (cell,)) is None
+
+
+def test_reads_that_raise_fail_without_leaving_an_exception():
+    class Boom:
+        @property
+        def a(self):
+            raise KeyError("x")
+    gs = one(L(0, ("a", "a")), "EQUALS_MATCH", 1, "boom")
+    assert not gs.check([Boom()], {})
+    assert gs.first_failure([Boom()], {}) == "boom (value could not be read)"
+
+
+def test_texts_repr_and_len():
+    gs = guards((L(0), "TYPE_MATCH", int, "type(L['x']) is int"), (L(0), "EQUALS_MATCH", 1, "L['x'] == 1"))
+    assert len(gs) == 2
+    assert gs.texts() == ["type(L['x']) is int", "L['x'] == 1"]
+    assert repr(gs) == "GuardSet(2 checks):\n  type(L['x']) is int\n  L['x'] == 1"
+
+
+@pytest.mark.parametrize("steps,kind,value,err", [
+    ((), "TYPE_MATCH", int, "only PREDICATE"),
+    ((("X", 0),), "TYPE_MATCH", int, "bad root"),
+    ((("L", 0), ("L", 1)), "TYPE_MATCH", int, "bad chain"),
+    ((("L", -1),), "TYPE_MATCH", int, "negative"),
+    ((("L", 0),), "NOPE", int, "unknown check kind"),
+    ((("L", 0),), "TYPE_MATCH", 3, "needs a type"),
+    ((("L", 0),), "TENSOR_MATCH", (int,), "TENSOR_MATCH value"),
+    ((("L", 0),), "DICT_KEYS", ["a"], "tuple of keys"),
+    ((("L", 0),), "PREDICATE", 3, "callable"),
+])
+def test_bad_checks_are_refused_clearly(steps, kind, value, err):
+    gs = _C.GuardSet()
+    with pytest.raises((TypeError, ValueError), match=err):
+        gs.add(steps, kind, value, "t")
+    assert len(gs) == 0
