@@ -1,5 +1,7 @@
 """pydynamo's hook and torch._dynamo's hook in one process, in either order and nested."""
-import torch
+import pytest
+
+torch = pytest.importorskip("torch")
 import torch._C._dynamo.eval_frame as torch_eval_frame
 import torch._dynamo
 from torch._dynamo.testing import CompileCounter

@@ -3,7 +3,6 @@ import gc
 import types
 
 import pytest
-import torch
 
 from pydynamo import _C
 from c_support import guards
@@ -15,6 +14,10 @@ def L(i, *chain):
 
 def one(steps, kind, value, text="check"):
     return guards((steps, kind, value, text))
+
+
+def _torch():
+    return pytest.importorskip("torch")
 
 
 def tensor_spec(t, sizes=None, strides=None):
@@ -71,6 +74,7 @@ def test_equals_match_refuses_mutable_constants():
 
 
 def test_tensor_match_each_property():
+    torch = _torch()
     t = torch.randn(2, 3)
     gs = one(L(0), "TENSOR_MATCH", tensor_spec(t), "L['x']")
     assert gs.check([t], {}) and gs.check([torch.zeros(2, 3)], {})
@@ -92,6 +96,7 @@ def test_tensor_match_each_property():
 
 
 def test_tensor_match_any_size():
+    torch = _torch()
     t = torch.randn(2, 3)
     gs = one(L(0), "TENSOR_MATCH", tensor_spec(t, sizes=(None, 3), strides=(None, 1)))
     assert gs.check([torch.randn(7, 3)], {})

@@ -98,20 +98,20 @@ def _make_function():
 
 
 def test_cache_dies_with_its_code_and_holds_no_function():
-    f = _make_function()
-    code_ref = weakref.ref(f.__code__) if hasattr(f.__code__, "__weakref__") else None
-    fn_ref = weakref.ref(f)
+    f, g = _make_function(), _make_function()
+    fn_ref, code_ref = weakref.ref(f), weakref.ref(f.__code__)
+    gc.collect()
     live_states = _C.debug_counters()["live_extra_states"]
-    g = _make_function()
     with hooked(Redirect(f, g, _int_guard)):
         f(1)
     assert _C.cache_size(f) == 1
-    assert _C.debug_counters()["live_extra_states"] == live_states + 2  # f's cache + the entry code's mark
+    assert _C.debug_counters()["live_extra_states"] == live_states + 2  # f's cache + g's code's mark
     del f
     gc.collect()
-    assert fn_ref() is None  # nothing in the cache kept the function (or its globals) alive
-    if code_ref is not None:
-        assert code_ref() is None
+    assert fn_ref() is None and code_ref() is None  # nothing in the cache kept them alive
+    assert _C.debug_counters()["live_extra_states"] == live_states + 1  # f's state was freed
+    del g
+    gc.collect()
     assert _C.debug_counters()["live_extra_states"] == live_states
 
 
