@@ -307,29 +307,37 @@ done:
 
 /* ---------------------------------------------------------------- the callback */
 
-static void report_callback_error(void)
+/* Hands the raised exception to the error handler. Returns 1, with the exception set again, if
+ * the handler answers True: the exception then propagates from the frame (fullgraph=True errors);
+ * otherwise 0 with no exception set, and the frame runs eagerly. */
+static int report_callback_error(void)
 {
     PyObject *exc = pyd_err_take();
+    int propagate = 0;
     tls.busy++; /* the handler is Python code too */
     if (error_handler) {
         PyObject *r = PyObject_CallOneArg(error_handler, exc);
         if (r == NULL) PyErr_WriteUnraisable(error_handler);
+        propagate = r == Py_True;
         Py_XDECREF(r);
     } else {
         pyd_err_restore(Py_NewRef(exc));
         PyErr_WriteUnraisable(NULL);
     }
     tls.busy--;
-    Py_DECREF(exc);
+    if (propagate) pyd_err_restore(exc);
+    else Py_DECREF(exc);
+    return propagate;
 }
 
-/* New reference to the entry to run now, or NULL (no exception set) to run the frame normally. */
-static CacheEntryObject *ask_callback(PyObject *callback, _PyInterpreterFrame *f, ExtraState *st)
+/* New reference to the entry to run now, or NULL to run the frame normally (no exception set),
+ * or NULL with *raise set and an exception set: the frame must raise it without running. */
+static CacheEntryObject *ask_callback(PyObject *callback, _PyInterpreterFrame *f, ExtraState *st, int *raise)
 {
     PyCodeObject *co = PYD_FRAME_CODE(f);
     Py_ssize_t size = (st && st->entries) ? PyList_GET_SIZE(st->entries) : 0;
     FrameObject *fo = PyObject_New(FrameObject, &PydFrame_Type);
-    if (fo == NULL) { report_callback_error(); return NULL; }
+    if (fo == NULL) goto error;
     fo->frame = f;
     fo->locals = NULL;
     Py_INCREF(callback);
@@ -340,23 +348,25 @@ static CacheEntryObject *ask_callback(PyObject *callback, _PyInterpreterFrame *f
     Py_DECREF(callback);
     fo->frame = NULL;
     Py_DECREF(fo);
-    if (r == NULL) { report_callback_error(); return NULL; }
+    if (r == NULL) goto error;
     if (r == Py_None) { Py_DECREF(r); return NULL; }
     if (r == skip_marker) {
         Py_DECREF(r);
         ExtraState *s = pyd_extra_get_or_create(co);
-        if (s) s->skip = 1;
-        else report_callback_error();
+        if (s == NULL) goto error;
+        s->skip = 1;
         return NULL;
     }
     if (!PyObject_TypeCheck(r, &PydCacheEntry_Type) || ((CacheEntryObject *)r)->orig_code != (void *)co) {
         PyErr_Format(PyExc_TypeError, "pydynamo callback must return a CacheEntry for %R, None or SKIP; got %R", co, r);
         Py_DECREF(r);
-        report_callback_error();
-        return NULL;
+        goto error;
     }
-    if (pyd_extra_add_entry(co, r) < 0) { Py_DECREF(r); report_callback_error(); return NULL; }
+    if (pyd_extra_add_entry(co, r) < 0) { Py_DECREF(r); goto error; }
     return (CacheEntryObject *)r;
+error:
+    *raise = report_callback_error();
+    return NULL;
 }
 
 /* ---------------------------------------------------------------- the hook */
@@ -389,7 +399,12 @@ static PyObject *pyd_eval_frame(PyThreadState *tstate, _PyInterpreterFrame *fram
     if (e == NULL) {
         n_misses++;
         if (setting == Py_False) return run_normally(tstate, frame, throwflag);
-        e = ask_callback(setting, frame, pyd_extra_get(co) /* re-read: Python code ran */);
+        int raise = 0;
+        e = ask_callback(setting, frame, pyd_extra_get(co) /* re-read: Python code ran */, &raise);
+        if (raise) {
+            pyd_release_unevaluated_frame(tstate, frame);
+            return NULL;
+        }
         if (e == NULL || frame->frame_obj != NULL) {
             Py_XDECREF(e);
             return run_normally(tstate, frame, throwflag);
@@ -451,7 +466,7 @@ static PyMethodDef eval_frame_methods[] = {
     {"set_eval_frame", set_eval_frame, METH_O, "set_eval_frame(None | False | callback) -> previous setting"},
     {"get_eval_frame", get_eval_frame, METH_NOARGS, "this thread's setting"},
     {"is_installed", is_installed, METH_NOARGS, "whether our eval function is the interpreter's current one"},
-    {"set_error_handler", set_error_handler, METH_O, "set_error_handler(fn): fn(exc) gets callback errors"},
+    {"set_error_handler", set_error_handler, METH_O, "set_error_handler(fn): fn(exc) gets callback errors; True from it makes the frame raise exc"},
     {"debug_counters", debug_counters, METH_NOARGS, "counters for tests and tools"},
     {NULL},
 };

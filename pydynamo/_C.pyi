@@ -17,7 +17,8 @@ previous one:
   - ``SKIP``: never intercept this code again (until ``reset``); run the original now.
 
   An exception raised by the callback is passed to the error handler (``set_error_handler``,
-  pydynamo logs it) and the frame runs eagerly.
+  pydynamo logs it) and the frame runs eagerly; if the handler returns True, the exception is
+  raised from the frame instead, which does not run (``fullgraph=True`` errors).
 
 The eval function is installed in the interpreter only while at least one thread has a setting
 other than ``None``, and removed when none has (any installed eval function disables CPython's

@@ -463,3 +463,27 @@ def test_frame_view_is_invalid_after_the_callback():
         orig(1)
     with pytest.raises(RuntimeError, match="after its callback returned"):
         kept[0].f_code
+
+
+def test_error_handler_answering_true_makes_the_frame_raise():
+    from pydynamo import logs
+
+    class FullGraphError(Exception):
+        pass
+
+    def cb(frame, n):
+        if frame.f_code is orig.__code__:
+            raise FullGraphError("cannot capture")
+
+    arg = object()
+    _C.set_error_handler(lambda exc: isinstance(exc, FullGraphError))
+    try:
+        with hooked(cb):
+            before = sys.getrefcount(arg)
+            for _ in range(100):
+                with pytest.raises(FullGraphError, match="cannot capture"):
+                    orig(arg)
+            assert sys.getrefcount(arg) == before  # the frame that never ran was released
+            assert (lambda: 7)() == 7  # other errors still run eagerly
+    finally:
+        _C.set_error_handler(logs.report_callback_error)
