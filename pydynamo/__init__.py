@@ -1,6 +1,42 @@
-"""pydynamo: a just-in-time graph capturer for PyTorch programs (see README.md)."""
-from . import _C, logs
+"""pydynamo: a just-in-time graph capturer for PyTorch programs (see README.md).
+
+    @pydynamo.optimize("inductor")
+    def fn(x): ...
+
+    model = pydynamo.compile(model, backend="eager", fullgraph=True)
+"""
+import functools as _functools
+
+from . import _C, config, logs
+from .backends import list_backends, lookup_backend, register_backend
+from .eval_frame import OptimizedModule, disable, optimize, run_only
 
 _C.set_error_handler(logs.report_callback_error)
+logs.configure(config.logs)
 
-__all__ = ["_C"]
+
+def compile(model=None, *, backend="inductor", fullgraph=False, dynamic=None, mode=None, options=None):
+    """Mirror of ``torch.compile``: returns the compiled function or OptimizedModule; with no
+    model, a decorator. ``mode`` and ``options`` go to the inductor backend."""
+    if model is None:
+        return lambda m: compile(m, backend=backend, fullgraph=fullgraph, dynamic=dynamic, mode=mode,
+                                 options=options)
+    if mode is not None and options is not None:
+        raise RuntimeError("pydynamo.compile: pass either mode or options, not both (as torch.compile)")
+    if mode is not None or options is not None:
+        if backend != "inductor":
+            raise RuntimeError(f"pydynamo.compile: mode and options are for the inductor backend, not {backend!r}")
+        backend = _functools.partial(lookup_backend("inductor"), mode=mode, options=options)
+    return optimize(backend, fullgraph=fullgraph, dynamic=dynamic)(model)
+
+
+def reset():
+    """Forget every compiled entry, skip mark and compiled graph."""
+    from . import convert_frame, output_graph
+    _C.reset()
+    convert_frame.reset()
+    output_graph.reset()
+
+
+__all__ = ["optimize", "compile", "disable", "reset", "run_only", "list_backends", "register_backend",
+           "OptimizedModule", "config"]

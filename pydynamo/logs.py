@@ -34,5 +34,16 @@ def configure(spec):
 
 
 def report_callback_error(exc):
-    """The C hook calls this when compiling a frame raised: the frame runs eagerly."""
-    get("errors").warning("pydynamo could not compile a frame; it ran eagerly", exc_info=(type(exc), exc, exc.__traceback__))
+    """The C hook calls this when compiling a frame raised. True: the frame raises `exc` (an error
+    the user asked for with fullgraph=True); False: it is logged and the frame runs eagerly."""
+    if getattr(exc, "_pydynamo_propagate", False):
+        return True
+    get("errors").warning("pydynamo could not compile a frame; it ran eagerly",
+                          exc_info=(type(exc), exc, exc.__traceback__))
+    return False
+
+
+def report_internal_error(code, exc):
+    """A compiler bug in one frame: that frame runs eagerly from now on."""
+    get("errors").warning("pydynamo could not compile %s (%s:%d); it runs eagerly", code.co_qualname,
+                          code.co_filename, code.co_firstlineno, exc_info=(type(exc), exc, exc.__traceback__))

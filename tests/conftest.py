@@ -1,6 +1,11 @@
+import os
+import sys
+
 import pytest
 
-from pydynamo import _C
+sys.path.insert(0, os.path.dirname(__file__))  # the tests' helper modules
+
+from pydynamo import _C  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

@@ -1,0 +1,95 @@
+"""PyCodegen: emits the bytecode of the new code object.
+
+Its main verb is ``codegen(var)``: "make the top of the stack equal this tracker's value at run
+time". Tensors come from the compiled graph's outputs or, when the graph left them untouched,
+from their Source; other values rebuild themselves through ``var.reconstruct(codegen)``.
+"""
+from bytecode import Instr
+
+from . import bytecode_utils as bu
+from .exc import Unsupported
+
+GRAPH_OUT = "___graph_out"
+
+
+class PyCodegen:
+    def __init__(self, code):
+        self.code = code  # the original code: names of locals, cells and free variables
+        self.instructions = []
+        self.graph_outputs = {}  # fx Node -> index in the graph's output tuple
+        self._temps = {}  # id(tracker) -> local holding the object already built
+        self._keep_alive = []
+        self._ntemps = 0
+
+    def append(self, *insts):
+        self.instructions.extend(insts)
+
+    def __call__(self, var):
+        from .variables.dicts import DictVariable
+        from .variables.lists import ListVariable
+        from .variables.tensor import TensorVariable
+        if id(var) in self._temps:
+            return self.load_local(self._temps[id(var)])
+        if isinstance(var, TensorVariable):
+            return self._tensor(var)
+        var.reconstruct(self)
+        if isinstance(var, (ListVariable, DictVariable)) and var.source is None:
+            # a container built here: keep it, so aliases in the result stay one object
+            name = self.new_temp()
+            self.append(bu.create_instruction("COPY", 1), bu.create_store_local(name))
+            self._temps[id(var)] = name
+            self._keep_alive.append(var)
+
+    def _tensor(self, var):
+        if var.node in self.graph_outputs:
+            self.load_local(GRAPH_OUT)
+            self.load_const(self.graph_outputs[var.node])
+            return self.append(bu.create_binary_subscr())
+        if var.source is not None and var.node.op == "placeholder":
+            return var.source.reconstruct(self)
+        raise Unsupported(f"tensor {var} is neither a graph output nor an input")
+
+    def new_temp(self):
+        self._ntemps += 1
+        return f"___tmp_{self._ntemps}"
+
+    def load_const(self, value):
+        self.append(Instr("LOAD_CONST", value))
+
+    def load_local(self, name):
+        self.append(bu.create_load_local(name, self.code))
+
+    def store_local(self, name):
+        self.append(bu.create_store_local(name))
+
+    def load_global(self, name, push_null=False):
+        self.append(bu.create_load_global(name, push_null))
+
+    def append_push_null(self):
+        self.append(bu.create_instruction("PUSH_NULL"))
+
+    def append_build(self, cls, n):
+        op = {tuple: "BUILD_TUPLE", list: "BUILD_LIST", dict: "BUILD_MAP"}[cls]
+        self.append(bu.create_instruction(op, n))
+
+    def append_call(self, nargs, kw_names=()):
+        """Call with the stack laid out as [NULL, callable, *args]."""
+        self.append(*bu.create_call(nargs, kw_names))
+
+    def append_load_method(self, name):
+        self.append(bu.create_load_method(name))
+
+    def append_call_method(self, name, nargs):
+        """obj.name() with obj on the stack and no arguments (nargs must be 0)."""
+        assert nargs == 0
+        self.append_load_method(name)
+        self.append_call(0)
+
+    def append_get_iter(self):
+        self.append(bu.create_instruction("GET_ITER"))
+
+    def append_pop_top(self):
+        self.append(bu.create_instruction("POP_TOP"))
+
+    def append_return(self):
+        self.append(bu.create_instruction("RETURN_VALUE"))

@@ -1,0 +1,103 @@
+"""The hook's Python callback: which frames to compile, the cache-size limit, one compile.
+
+``ConvertFrame(backend, fullgraph)`` is what ``optimize()`` installs with ``_C.set_eval_frame``.
+On a cache miss the C hook calls it with the frame; it answers with a ``_C.CacheEntry``, ``None``
+(run the original code this time) or ``_C.SKIP`` (never intercept this code again).
+"""
+import os
+import sysconfig
+import time
+import weakref
+
+import torch
+
+from . import _C, config, logs
+from .exc import Unsupported
+
+_PYDYNAMO_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+_STDLIB_DIRS = tuple({os.path.abspath(sysconfig.get_paths()[k]) + os.sep for k in ("stdlib", "platstdlib")})
+_SKIP_PREFIXES = (_PYDYNAMO_DIR, _TORCH_DIR) + _STDLIB_DIRS
+
+# Code objects whose cache-size-limit warning was given (weakly held: codes die with their functions).
+_warned_limit = weakref.WeakSet()
+
+
+def skip_reason(code):
+    """Why this code is never compiled as a top-level frame, or None. Library code of torch,
+    the standard library and pydynamo itself runs as it is; FX-generated graph code too."""
+    filename = code.co_filename
+    if filename.startswith("<") and filename not in ("<string>", "<stdin>"):
+        return f"generated code ({filename})"
+    if os.path.abspath(filename).startswith(_SKIP_PREFIXES):
+        return "library code (torch, the standard library or pydynamo)"
+    return None
+
+
+def _where(code):
+    return f"{code.co_filename}:{code.co_firstlineno} ({code.co_qualname})"
+
+
+class ConvertFrame:
+    def __init__(self, backend, fullgraph=False, dynamic=None):
+        self.backend, self.fullgraph, self.dynamic = backend, fullgraph, dynamic
+
+    def __call__(self, frame, cache_size):
+        code = frame.f_code
+        if skip_reason(code):
+            return _C.SKIP
+        if cache_size >= config.cache_size_limit:
+            self._cache_limit_reached(frame, code)
+            return None  # existing entries keep serving hits; misses run eagerly
+        if cache_size and logs.enabled("recompiles"):
+            logs.get("recompiles").info("recompiling %s: %s", _where(code), self._failures(frame, code))
+        return self._compile(frame, code)
+
+    def _compile(self, frame, code):
+        from .translator import convert
+        t0 = time.perf_counter()
+        closure = frame.closure if frame.closure is not None else None
+        try:
+            new_code, checks = convert(code, frame.f_globals, frame.f_builtins, frame.f_locals, closure,
+                                       self.backend, fullgraph=self.fullgraph)
+        except Unsupported as e:
+            if self.fullgraph:
+                e._pydynamo_propagate = True
+                raise
+            logs.get("graph_breaks").info("running %s eagerly: %s", _where(code), e)
+            return _C.SKIP
+        except Exception as e:
+            if self.fullgraph:
+                e._pydynamo_propagate = True
+                raise
+            logs.report_internal_error(code, e)
+            return _C.SKIP
+        from .guards import build_guard_set
+        guards = build_guard_set(checks)
+        if logs.enabled("guards"):
+            logs.get("guards").info("guards for %s:\n  %s", _where(code), "\n  ".join(guards.texts()))
+        compile_times.append((code.co_qualname, time.perf_counter() - t0))
+        return _C.CacheEntry(guards, new_code, code)
+
+    @staticmethod
+    def _failures(frame, code):
+        entries = _C.get_cache_entries(code)
+        return "; ".join(filter(None, (frame.check_guards(e.guards) for e in entries))) or "no entry matched"
+
+    def _cache_limit_reached(self, frame, code):
+        if code in _warned_limit:
+            return
+        _warned_limit.add(code)
+        logs.get("recompiles").warning(
+            "%s hit pydynamo.config.cache_size_limit (%d); it runs eagerly from now on for inputs no "
+            "compiled entry accepts. Last guard failure: %s", _where(code), config.cache_size_limit,
+            self._failures(frame, code))
+
+
+# (function name, seconds) of every compile since the last reset, for explain() and tools.
+compile_times = []
+
+
+def reset():
+    _warned_limit.clear()
+    compile_times.clear()

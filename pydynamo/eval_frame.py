@@ -1,0 +1,121 @@
+"""Decorators and context managers that switch the hook: optimize, disable; OptimizedModule.
+
+A decorated function switches this thread's hook to its ConvertFrame for the duration of each
+call (and back afterwards), so frames it starts are compiled on a miss and served from the cache
+on a hit. The wrappers' own code lives in this file, which the hook never compiles.
+"""
+import functools
+import inspect
+
+import torch
+
+from . import _C
+from .backends import lookup_backend
+from .convert_frame import ConvertFrame
+
+
+class OptimizeContext:
+    """What ``optimize(...)`` returns: a decorator for functions, methods and modules, and a
+    context manager that compiles the frames started inside its block."""
+
+    def __init__(self, setting):
+        self.setting = setting  # a ConvertFrame, False (run-only) or None (disabled)
+        self._prev = []
+
+    def __enter__(self):
+        self._prev.append(_C.set_eval_frame(self.setting))
+        return self
+
+    def __exit__(self, *exc):
+        _C.set_eval_frame(self._prev.pop())
+        return False
+
+    def __call__(self, fn):
+        if isinstance(fn, torch.nn.Module):
+            return OptimizedModule(fn, self)
+        if not callable(fn):
+            raise TypeError(f"pydynamo.optimize(...) takes a function, method or nn.Module, not {type(fn).__name__}")
+        if inspect.isclass(fn):
+            raise TypeError(f"pydynamo.optimize(...) cannot wrap the class {fn.__qualname__}; wrap an instance "
+                            "or a function")
+        setting = self.setting
+
+        @functools.wraps(fn)
+        def _fn(*args, **kwargs):
+            prev = _C.set_eval_frame(setting)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                _C.set_eval_frame(prev)
+
+        _fn._pydynamo_orig_fn = fn
+        _fn._pydynamo_setting = setting
+        return _fn
+
+
+class OptimizedModule(torch.nn.Module):
+    """An nn.Module whose calls run through pydynamo. Like torch.compile's OptimizedModule it
+    keeps the original as ``_orig_mod`` (so parameters and state_dict keys carry the
+    ``_orig_mod.`` prefix), forwards other attributes to it, and calls it through its own
+    ``__call__``, so the original's forward hooks run as in eager mode."""
+
+    def __init__(self, mod, ctx):
+        super().__init__()
+        self._orig_mod = mod
+        self._pydynamo_ctx = ctx
+        self._compiled_call = ctx(mod.__call__)
+
+    def forward(self, *args, **kwargs):
+        return self._compiled_call(*args, **kwargs)
+
+    def __getattr__(self, name):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self._modules["_orig_mod"], name)
+
+    def __repr__(self):
+        return f"OptimizedModule({self._orig_mod!r})"
+
+
+def optimize(backend="inductor", *, nopython=False, fullgraph=False, dynamic=None):
+    """Compile the frames run under the returned decorator / context manager with ``backend``
+    (a name from ``list_backends()`` or a callable ``backend(gm, example_inputs)``).
+    ``fullgraph=True`` (or its old name ``nopython=True``) makes anything that cannot be captured
+    an error raised to the caller instead of a fall-back to eager execution."""
+    return OptimizeContext(ConvertFrame(lookup_backend(backend), fullgraph=fullgraph or nopython, dynamic=dynamic))
+
+
+def run_only():
+    """Serve calls from the cache, compile nothing (misses run eagerly)."""
+    return OptimizeContext(False)
+
+
+def disable(fn=None, recursive=True):
+    """``fn`` and everything it calls run without pydynamo. As a decorator, or called with a
+    function; with no function, a context manager."""
+    if fn is None:
+        return OptimizeContext(None)
+    if isinstance(fn, torch.nn.Module):
+        mod = fn
+        mod.forward = disable(mod.forward)
+        return mod
+
+    @functools.wraps(fn)
+    def _fn(*args, **kwargs):
+        prev = _C.set_eval_frame(None)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _C.set_eval_frame(prev)
+
+    _fn._pydynamo_disabled = True
+    _fn._pydynamo_orig_fn = fn
+    return _fn
+
+
+def innermost_fn(fn):
+    """The user's function under any number of pydynamo wrappers."""
+    while hasattr(fn, "_pydynamo_orig_fn"):
+        fn = fn._pydynamo_orig_fn
+    return fn

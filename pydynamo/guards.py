@@ -1,0 +1,169 @@
+"""Guards: the conditions under which a compiled entry may be reused.
+
+A check is ``(steps, kind, value, text)`` exactly as ``_C.GuardSet.add`` takes it (see _C.pyi):
+``steps`` reads a value from the frame (Source.steps()), ``kind`` says how to test it, ``text``
+is how it prints in logs and recompile reasons. GuardBuilder has one UPPER_CASE method per kind;
+it deduplicates by (source, kind) so a value read many times is checked once.
+"""
+import math
+import struct
+from typing import Any, NamedTuple
+
+import torch
+
+from .source import Source
+
+_EQUALS_TYPES = (type(None), bool, int, float, str)
+
+
+class Check(NamedTuple):
+    steps: tuple
+    kind: str
+    value: Any
+    text: str
+
+
+def _describe(obj):
+    if isinstance(obj, type):
+        return f"<class {obj.__module__}.{obj.__qualname__}>"
+    if hasattr(obj, "__qualname__"):
+        return f"<{type(obj).__name__} {getattr(obj, '__module__', '?')}.{obj.__qualname__}>"
+    if isinstance(obj, type(torch)):
+        return f"<module {obj.__name__}>"
+    return f"<{type(obj).__name__} object at {id(obj):#x}>"
+
+
+def _equals_supported(value):
+    if type(value) is tuple:
+        return all(_equals_supported(v) for v in value)
+    return type(value) in _EQUALS_TYPES
+
+
+def _same_bits(a, b):
+    if isinstance(a, float) and isinstance(b, float):
+        return struct.pack("<d", a) == struct.pack("<d", b)
+    return a == b
+
+
+class EqualsPredicate:
+    """Equality for constants the C EQUALS_MATCH does not cover (devices, Sizes, enums...)."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __call__(self, v):
+        return type(v) is type(self.value) and v == self.value
+
+    def __repr__(self):
+        return f"== {self.value!r}"
+
+
+def nn_module_has_no_hooks(mod):
+    return not (mod._forward_hooks or mod._forward_pre_hooks or mod._backward_hooks
+                or mod._backward_pre_hooks)
+
+
+def no_global_module_hooks():
+    m = torch.nn.modules.module
+    return not (m._global_forward_hooks or m._global_forward_pre_hooks
+                or m._global_backward_hooks or m._global_backward_pre_hooks
+                or getattr(m, "_global_forward_hooks_always_called", None))
+
+
+class _GradModeIs:
+    def __init__(self, enabled):
+        self.enabled = enabled
+
+    def __call__(self):
+        return torch.is_grad_enabled() is self.enabled
+
+
+class _DefaultDtypeIs:
+    def __init__(self, dtype):
+        self.dtype = dtype
+
+    def __call__(self):
+        return torch.get_default_dtype() is self.dtype
+
+
+class GuardBuilder:
+    def __init__(self):
+        self._checks = {}
+
+    @property
+    def checks(self):
+        return list(self._checks.values())
+
+    def _add(self, steps, kind, value, text, key=None):
+        key = (steps, kind) if key is None else key
+        if key not in self._checks:
+            self._checks[key] = Check(steps, kind, value, text)
+
+    def add(self, source: Source, kind: str, value=None):
+        """Guard ``source`` (whose current value is ``value``) by ``kind``."""
+        getattr(self, kind)(source, value)
+
+    # ---- one method per kind ----------------------------------------------------------------
+
+    def TYPE_MATCH(self, source, value):
+        t = type(value)
+        self._add(source.steps(), "TYPE_MATCH", t, f"type({source.name()}) is {t.__qualname__}")
+
+    def ID_MATCH(self, source, value):
+        self._add(source.steps(), "ID_MATCH", value, f"{source.name()} is {_describe(value)}")
+
+    def EQUALS_MATCH(self, source, value):
+        if _equals_supported(value) and not (isinstance(value, float) and math.isnan(value)):
+            self._add(source.steps(), "EQUALS_MATCH", value, f"{source.name()} == {value!r}")
+        else:
+            self.TYPE_MATCH(source, value)
+            self.PREDICATE(source, EqualsPredicate(value), f"{source.name()} == {value!r}")
+
+    def TENSOR_MATCH(self, source, value):
+        if value.layout is not torch.strided or value.is_nested:
+            raise NotImplementedError("only strided tensors are guarded")
+        sizes, strides = tuple(value.size()), tuple(value.stride())
+        info = (type(value), value.dtype, value.device, value.layout, value.requires_grad,
+                sizes, strides)
+        text = (f"{source.name()}: {type(value).__name__}({value.dtype}, {value.device}, "
+                f"size={list(sizes)}, stride={list(strides)}, requires_grad={value.requires_grad})")
+        self._add(source.steps(), "TENSOR_MATCH", info, text)
+
+    def DICT_KEYS(self, source, value):
+        keys = tuple(value.keys())
+        self._add(source.steps(), "DICT_KEYS", keys, f"{source.name()}.keys() == {list(keys)!r}")
+
+    def LEN(self, source, value):
+        n = len(value)
+        self._add(source.steps(), "LEN", n, f"len({source.name()}) == {n}")
+
+    def NOT_PRESENT(self, source, value=None):
+        self._add(source.steps(), "NOT_PRESENT", None, f"{source.name()} does not exist")
+
+    def PREDICATE(self, source, fn, text):
+        steps = source.steps() if source is not None else ()
+        self._add(steps, "PREDICATE", fn, text, key=(steps, "PREDICATE", text))
+
+    # ---- global state -----------------------------------------------------------------------
+
+    def GRAD_MODE(self, source=None, value=None):
+        enabled = torch.is_grad_enabled()
+        self.PREDICATE(None, _GradModeIs(enabled), f"torch.is_grad_enabled() == {enabled}")
+
+    def DEFAULT_DTYPE(self, source=None, value=None):
+        dtype = torch.get_default_dtype()
+        self.PREDICATE(None, _DefaultDtypeIs(dtype), f"torch.get_default_dtype() == {dtype}")
+
+    def NN_MODULE_NO_HOOKS(self, source, value=None):
+        self.PREDICATE(source, nn_module_has_no_hooks, f"{source.name()} has no hooks")
+        self.PREDICATE(None, no_global_module_hooks, "no global nn.Module hooks")
+
+
+def build_guard_set(checks):
+    """A ``_C.GuardSet`` holding ``checks`` (needs the C extension)."""
+    from pydynamo import _C
+
+    guard_set = _C.GuardSet()
+    for steps, kind, value, text in checks:
+        guard_set.add(steps, kind, value, text)
+    return guard_set

@@ -1,0 +1,231 @@
+"""OutputGraph: the FX graph being built for one frame, its inputs and the code that calls it.
+
+Inputs are placeholders named after their Source and deduplicated by it; each op runs once on
+fake tensors (FakeTensorMode) to learn its result's metadata. At the frame's return,
+``compile_and_return`` hands the graph to the backend, stores the compiled callable in the
+frame's globals under a fresh ``__compiled_fn_N`` (so the new code reaches it with LOAD_GLOBAL,
+with no reference cycle through co_extra), and assembles the new code object.
+"""
+import itertools
+import operator
+
+import torch
+import torch.fx
+from torch._subclasses.fake_tensor import (DataDependentOutputException,
+                                           DynamicOutputShapeException, FakeTensorMode,
+                                           UnsupportedOperatorException)
+
+from . import bytecode_utils as bu
+from . import config
+from .codegen import GRAPH_OUT, PyCodegen
+from .exc import BackendCompilerFailed, Unsupported
+from .guards import GuardBuilder
+
+_compiled_fn_ids = itertools.count()
+
+
+class OutputGraph:
+    def __init__(self, code, f_globals, backend):
+        self.code, self.f_globals, self.backend = code, f_globals, backend
+        self.graph = torch.fx.Graph()
+        self.fake_mode = FakeTensorMode()
+        self.guards = GuardBuilder()
+        self.inputs = {}  # source name -> (source, real tensor, TensorVariable)
+        self.mutations = []  # pre-existing lists/dicts whose contents changed
+        self.new_code = None
+        self.compiled_fn_name = None
+        self.graph_module = None
+
+    # ---- building the graph -------------------------------------------------------------------
+
+    def add_graph_input(self, source, value):
+        from .variables.tensor import TensorVariable
+        key = source.name()
+        if key in self.inputs:
+            return self.inputs[key][2]
+        first_op = next((n for n in self.graph.nodes if n.op != "placeholder"), None)
+        if first_op is not None:
+            with self.graph.inserting_before(first_op):
+                node = self.graph.placeholder(source.graph_input_name())
+        else:
+            node = self.graph.placeholder(source.graph_input_name())
+        fake = self.fake_mode.from_tensor(value, static_shapes=True)
+        node.meta["example_value"] = fake
+        var = TensorVariable(node, fake, source, python_cls=type(value))
+        self.inputs[key] = (source, value, var)
+        return var
+
+    def call_graph(self, tx, kind, target, args, kwargs):
+        """Record ``target(*args, **kwargs)`` (``kind``: call_function / call_method)."""
+        from .variables.tensor import wrap_fx_value
+        node_args, node_kwargs = _map(args, _node_arg), {k: _node_arg(v) for k, v in kwargs.items()}
+        fake_args, fake_kwargs = _map(args, _fake_arg), {k: _fake_arg(v) for k, v in kwargs.items()}
+        what = target if isinstance(target, str) else getattr(target, "__name__", repr(target))
+        try:
+            with self.fake_mode:
+                if kind == "call_method":
+                    value = getattr(fake_args[0], target)(*fake_args[1:], **fake_kwargs)
+                else:
+                    value = target(*fake_args, **fake_kwargs)
+        except (DataDependentOutputException, DynamicOutputShapeException) as e:
+            raise Unsupported(f"{what}: output depends on tensor data ({type(e).__name__})") from None
+        except UnsupportedOperatorException as e:
+            raise Unsupported(f"{what}: operator {e} does not support fake tensors") from None
+        except Exception as e:
+            raise Unsupported(f"{what} raised {type(e).__name__} while tracing: {e}") from None
+        node = self.graph.create_node(kind, target, node_args, node_kwargs)
+        node.meta["example_value"] = value
+        return wrap_fx_value(tx, node, value)
+
+    def note_mutation(self, var):
+        if var.source is not None and not any(v is var for v in self.mutations):
+            self.mutations.append(var)
+
+    # ---- finishing ----------------------------------------------------------------------------
+
+    def compile_and_return(self, tx, value):
+        cg = PyCodegen(self.code)
+        if any(n.op not in ("placeholder", "output") for n in self.graph.nodes):
+            outputs = self._graph_outputs([value, *self.mutations])
+            self.graph.output(tuple(v.node for v in outputs))
+            name = self._compile()
+            cg.load_global(name, push_null=True)
+            sources = [src for src, _, _ in self.inputs.values()]
+            for src in sources:
+                src.reconstruct(cg)
+            cg.append_call(len(sources))
+            cg.store_local(GRAPH_OUT)
+            cg.graph_outputs = {v.node: i for i, v in enumerate(outputs)}
+        # build everything first: replays below may change what sources read
+        new_contents = []
+        for var in self.mutations:
+            new_contents.append(cg.new_temp())
+            _build_contents(cg, var)
+            cg.store_local(new_contents[-1])
+        cg(value)
+        result = cg.new_temp()
+        cg.store_local(result)
+        for var, temp in zip(self.mutations, new_contents):
+            _replay(cg, var, temp)
+        cg.load_local(result)
+        cg.append_return()
+        self.new_code = bu.assemble(self.code, cg.instructions)
+        if config.verbose:
+            _print_output(self)
+        return self.new_code
+
+    def _graph_outputs(self, values):
+        from .variables.tensor import TensorVariable
+        seen, outputs = set(), []
+        for var in _walk(values):
+            if isinstance(var, TensorVariable) and var.node.op != "placeholder" \
+                    and var.node not in seen:
+                seen.add(var.node)
+                outputs.append(var)
+        return outputs
+
+    def _compile(self):
+        gm = torch.fx.GraphModule(torch.nn.Module(), self.graph)
+        gm.recompile()
+        self.graph_module = gm
+        example_inputs = [value for _, value, _ in self.inputs.values()]
+        try:
+            compiled = self.backend(gm, example_inputs)
+        except Exception as e:
+            raise BackendCompilerFailed(self.backend, e) from e
+        name = f"__compiled_fn_{next(_compiled_fn_ids)}"
+        self.f_globals[name] = compiled
+        self.compiled_fn_name = name
+        return name
+
+
+def _map(args, fn):
+    return tuple(fn(a) for a in args)
+
+
+def _node_arg(var):
+    return _graph_arg(var, lambda t: t.node)
+
+
+def _fake_arg(var):
+    return _graph_arg(var, lambda t: t.example_value)
+
+
+def _graph_arg(var, tensor_fn):
+    """A tracker as an argument of a graph op: tensors by ``tensor_fn``, containers recursively."""
+    from .variables.constant import ConstantVariable
+    from .variables.dicts import DictVariable
+    from .variables.lists import BaseListVariable, SizeVariable, SliceVariable
+    from .variables.tensor import TensorVariable
+    from .variables.user_defined import UserDefinedClassVariable
+    if isinstance(var, TensorVariable):
+        return tensor_fn(var)
+    if isinstance(var, ConstantVariable):
+        return var.value
+    if isinstance(var, SizeVariable):
+        return tuple(_graph_arg(i, tensor_fn) for i in var.items)
+    if isinstance(var, BaseListVariable):
+        return var.python_cls(_graph_arg(i, tensor_fn) for i in var.items)
+    if isinstance(var, SliceVariable):
+        return slice(*(_graph_arg(p, tensor_fn) for p in var.parts))
+    if isinstance(var, DictVariable):
+        return {k: _graph_arg(v, tensor_fn) for k, v in var.items.items()}
+    if isinstance(var, UserDefinedClassVariable):
+        return var.cls
+    raise Unsupported(f"{var} cannot be an argument of a graph op")
+
+
+def _walk(values):
+    """Every tracker reachable from ``values`` through containers."""
+    from .variables.dicts import DictVariable, DictViewVariable
+    from .variables.lists import BaseListVariable, ListIteratorVariable
+    stack, seen = list(values), set()
+    while stack:
+        var = stack.pop()
+        if id(var) in seen:
+            continue
+        seen.add(id(var))
+        yield var
+        if isinstance(var, (BaseListVariable, ListIteratorVariable)):
+            stack.extend(var.items)
+        elif isinstance(var, DictVariable):
+            stack.extend(var.items.values())
+        elif isinstance(var, DictViewVariable):
+            stack.append(var.dict_var)
+
+
+def _build_contents(cg, var):
+    from .variables.dicts import DictVariable
+    for k, v in (var.items.items() if isinstance(var, DictVariable) else enumerate(var.items)):
+        if isinstance(var, DictVariable):
+            cg.load_const(k)
+        cg(v)
+    cg.append_build(dict if isinstance(var, DictVariable) else list, len(var.items))
+
+
+def _replay(cg, var, temp):
+    """Make the pre-existing container ``var.source`` hold what the trace left in it."""
+    from .variables.dicts import DictVariable
+    if isinstance(var, DictVariable):
+        var.source.reconstruct(cg)
+        cg.append_call_method("clear", 0)
+        cg.append_pop_top()
+        var.source.reconstruct(cg)
+        cg.append_load_method("update")
+        cg.load_local(temp)
+        cg.append_call(1)
+        cg.append_pop_top()
+    else:
+        cg.load_local(temp)
+        var.source.reconstruct(cg)
+        cg.load_const(slice(None, None, None))
+        cg.append(bu.create_store_subscr())
+
+
+def _print_output(output):
+    import dis
+    if output.graph_module is not None:
+        print(f"pydynamo graph {output.compiled_fn_name}:\n{output.graph_module.code}")
+    for check in output.guards.checks:
+        print(f"  guard: {check.text}")
+    dis.dis(output.new_code)

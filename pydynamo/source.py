@@ -1,0 +1,139 @@
+"""Sources: where a value the trace read came from.
+
+A Source is a path from a frame root (an argument, a global, a builtin, a closure cell) through
+attribute and item steps. ``name()`` is the expression shown in guards and messages
+(``L['self'].lin.weight``); ``steps()`` is the same path in the form GuardSet checks read
+(see _C.pyi); ``reconstruct(codegen)`` emits bytecode that loads the value again at run time.
+"""
+import re
+
+from . import bytecode_utils as bu
+
+
+class Source:
+    def name(self) -> str:
+        raise NotImplementedError
+
+    def steps(self) -> tuple:
+        raise NotImplementedError
+
+    def reconstruct(self, codegen):
+        raise NotImplementedError
+
+    def graph_input_name(self) -> str:
+        """A Python identifier for graph placeholders: L['self'].lin.weight -> L_self_lin_weight."""
+        return re.sub(r"[^0-9a-zA-Z_]+", "_", self.name())
+
+    def __eq__(self, other):
+        return type(self) is type(other) and self.name() == other.name()
+
+    def __hash__(self):
+        return hash(self.name())
+
+    def __repr__(self):
+        return f"<{type(self).__name__} {self.name()}>"
+
+
+class LocalSource(Source):
+    """Argument slot ``index`` of the frame, named ``local_name`` (co_varnames[index])."""
+
+    def __init__(self, local_name, index):
+        self.local_name, self.index = local_name, index
+
+    def name(self):
+        return f"L[{self.local_name!r}]"
+
+    def steps(self):
+        return (("L", self.index),)
+
+    def reconstruct(self, codegen):
+        codegen.append(bu.create_load_local(self.local_name, codegen.code))
+
+
+class GlobalSource(Source):
+    def __init__(self, global_name):
+        self.global_name = global_name
+
+    def name(self):
+        return f"G[{self.global_name!r}]"
+
+    def steps(self):
+        return (("G", self.global_name),)
+
+    def reconstruct(self, codegen):
+        codegen.append(bu.create_load_global(self.global_name))
+
+
+class BuiltinSource(Source):
+    """A builtin found because the frame's globals lack the name (guarded NOT_PRESENT there)."""
+
+    def __init__(self, builtin_name):
+        self.builtin_name = builtin_name
+
+    def name(self):
+        return f"B[{self.builtin_name!r}]"
+
+    def steps(self):
+        return (("B", self.builtin_name),)
+
+    def reconstruct(self, codegen):
+        codegen.append(bu.create_load_global(self.builtin_name))
+
+
+class ClosureSource(Source):
+    """The contents of closure cell ``index`` (co_freevars[index]) of the top frame."""
+
+    def __init__(self, var_name, index):
+        self.var_name, self.index = var_name, index
+
+    def name(self):
+        return f"C[{self.var_name!r}]"
+
+    def steps(self):
+        return (("C", self.index),)
+
+    def reconstruct(self, codegen):
+        codegen.append(bu.create_load_freevar(self.index, codegen.code))
+
+
+class AttrSource(Source):
+    def __init__(self, base, member):
+        assert isinstance(base, Source)
+        self.base, self.member = base, member
+
+    def name(self):
+        return f"{self.base.name()}.{self.member}"
+
+    def steps(self):
+        return self.base.steps() + (("a", self.member),)
+
+    def reconstruct(self, codegen):
+        self.base.reconstruct(codegen)
+        codegen.append(bu.create_load_attr(self.member))
+
+
+class GetItemSource(Source):
+    def __init__(self, base, index):
+        assert isinstance(base, Source)
+        self.base, self.index = base, index
+
+    def name(self):
+        return f"{self.base.name()}[{self.index!r}]"
+
+    def steps(self):
+        return self.base.steps() + (("i", self.index),)
+
+    def reconstruct(self, codegen):
+        self.base.reconstruct(codegen)
+        codegen.load_const(self.index)
+        codegen.append(bu.create_binary_subscr())
+
+
+def cell_contents_source(fn_source, index):
+    """Source of closure cell ``index`` of a function reached by ``fn_source``."""
+    return AttrSource(GetItemSource(AttrSource(fn_source, "__closure__"), index), "cell_contents")
+
+
+def function_global_source(fn_source, global_name):
+    """Source of a global read by a function whose module is not the frame's."""
+    return GetItemSource(AttrSource(fn_source, "__globals__"), global_name)

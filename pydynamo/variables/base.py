@@ -1,0 +1,126 @@
+"""VariableTracker: what the translator knows about one Python value during tracing.
+
+Scalars, tensors, functions and modules are described by immutable trackers. Containers that
+Python code can mutate (lists, dicts, iterators, cells) are trackers whose contents change in
+place, so every alias on the stack and in locals sees the mutation, as in CPython; mutating a
+container that existed before the frame (it has a Source) is recorded on the OutputGraph and
+replayed by the new bytecode.
+
+``source`` says where the value came from; it is set only for values read from the frame's
+inputs, and is what guards and reconstruction use.
+"""
+from ..exc import Unsupported
+
+
+class VariableTracker:
+    def __init__(self, source=None):
+        self.source = source
+
+    def python_type(self):
+        raise Unsupported(f"the type of {self} is not known while tracing")
+
+    def as_python_constant(self):
+        raise Unsupported(f"{self} is not a constant")
+
+    def is_python_constant(self):
+        try:
+            self.as_python_constant()
+            return True
+        except Unsupported:
+            return False
+
+    def var_getattr(self, tx, name):
+        raise Unsupported(f"attribute {name!r} of {self}")
+
+    def has_attr(self, tx, name):
+        raise Unsupported(f"hasattr({self}, {name!r})")
+
+    def call_function(self, tx, args, kwargs):
+        raise Unsupported(f"calling {self}")
+
+    def call_method(self, tx, name, args, kwargs):
+        return self.var_getattr(tx, name).call_function(tx, args, kwargs)
+
+    def unpack_var_sequence(self, tx):
+        raise Unsupported(f"iterating over {self}")
+
+    def has_unpack_var_sequence(self, tx):
+        try:
+            self.unpack_var_sequence(tx)
+            return True
+        except Unsupported:
+            return False
+
+    def truth(self, tx):
+        raise Unsupported(f"the truth value of {self} is not known while tracing")
+
+    def reconstruct(self, codegen):
+        if self.source is None:
+            raise Unsupported(f"{self} cannot be rebuilt in Python code")
+        self.source.reconstruct(codegen)
+
+    def __repr__(self):
+        src = f" source={self.source.name()}" if self.source is not None else ""
+        return f"{type(self).__name__}({self._repr_value()}{src})"
+
+    def _repr_value(self):
+        return ""
+
+
+class NullVariable(VariableTracker):
+    """CPython's NULL stack slot (PUSH_NULL, LOAD_GLOBAL's low bit)."""
+
+    def reconstruct(self, codegen):
+        codegen.append_push_null()
+
+
+NULL = NullVariable()
+
+
+class GetAttrVariable(VariableTracker):
+    """``obj.name`` where name is a method: calling it is ``obj.call_method(name, ...)``."""
+
+    def __init__(self, obj, name, source=None):
+        super().__init__(source)
+        self.obj, self.name = obj, name
+
+    def call_function(self, tx, args, kwargs):
+        return self.obj.call_method(tx, self.name, args, kwargs)
+
+    def truth(self, tx):
+        return True
+
+    def _repr_value(self):
+        return f"{self.obj}.{self.name}"
+
+
+class CellVariable(VariableTracker):
+    """A closure cell. ``contents`` is a tracker, or None while the cell is empty.
+
+    Cells of functions that exist before the trace are read through ``read`` lazily, so only
+    cells the code uses are guarded; storing into such a cell is a side effect we do not replay.
+    """
+
+    def __init__(self, contents=None, real_cell=None, source=None, pre_existing=False):
+        super().__init__(source)
+        self.contents = contents
+        self.real_cell = real_cell
+        self.pre_existing = pre_existing
+
+    def read(self, tx):
+        if self.contents is None and self.real_cell is not None:
+            try:
+                value = self.real_cell.cell_contents
+            except ValueError:
+                raise Unsupported("read of an empty closure cell") from None
+            from .builder import wrap_value
+            self.contents = wrap_value(tx, value, self.source)
+        if self.contents is None:
+            raise Unsupported("read of an empty closure cell")
+        return self.contents
+
+    def write(self, tx, value):
+        if self.pre_existing:
+            raise Unsupported("assignment to a closure variable of an enclosing function "
+                              "(a nonlocal side effect)")
+        self.contents = value

@@ -1,0 +1,168 @@
+"""The one table from a Python value to its tracker and guards.
+
+``wrap_value(tx, value, source)`` walks ``_TABLE`` in order; the first row whose test accepts
+the value makes the tracker and installs the row's guards on ``source``. With ``source=None``
+(values computed during tracing, or read from torch's own modules) no guard is installed, so
+such values must be immutable or trusted. ``wrap_constant`` wraps results of constant folding.
+"""
+import enum
+import types
+
+import torch
+
+from ..exc import Unsupported
+from ..source import AttrSource, GetItemSource
+from .builtin import BuiltinVariable, is_supported_builtin
+from .constant import ConstantVariable, is_constant_value
+from .dicts import DictVariable
+from .functions import UserFunctionVariable, UserMethodVariable
+from .lists import ListVariable, RangeVariable, SizeVariable, SliceVariable, TupleVariable
+from .nn_module import NNModuleVariable
+from .tensor import TensorVariable
+from .torch import TorchVariable, is_torch_callable
+from .user_defined import PythonModuleVariable, UserDefinedClassVariable, UserDefinedObjectVariable
+
+
+def _guard(tx, source, kind, value):
+    if source is not None:
+        tx.output.guards.add(source, kind, value)
+
+
+def _tensor(tx, value, source):
+    if source is None:
+        raise Unsupported("a tensor that is not reachable from the frame's inputs "
+                          "(e.g. a constant inside a torch module)")
+    if value.layout is not torch.strided or value.is_nested:
+        raise Unsupported(f"tensors with layout {value.layout} are not supported")
+    if type(value) is not torch.Tensor and not isinstance(value, torch.nn.Parameter):
+        raise Unsupported(f"tensor subclass {type(value).__name__}")
+    _guard(tx, source, "TENSOR_MATCH", value)
+    return tx.output.add_graph_input(source, value)
+
+
+def _module(tx, value, source):
+    if source is None:
+        raise Unsupported("an nn.Module that is not reachable from the frame's inputs")
+    _guard(tx, source, "ID_MATCH", value)
+    return NNModuleVariable(value, source)
+
+
+def _constant(tx, value, source):
+    kind = "ID_MATCH" if isinstance(value, (torch.dtype, enum.Enum)) or value is Ellipsis \
+        else "EQUALS_MATCH"
+    _guard(tx, source, kind, value)
+    return ConstantVariable(value, source)
+
+
+def _size(tx, value, source):
+    _guard(tx, source, "EQUALS_MATCH", value)
+    return SizeVariable([ConstantVariable(int(s)) for s in value], source)
+
+
+def _sequence(tx, value, source):
+    _guard(tx, source, "TYPE_MATCH", value)
+    _guard(tx, source, "LEN", value)
+    items = [wrap_value(tx, v, GetItemSource(source, i) if source is not None else None)
+             for i, v in enumerate(value)]
+    if isinstance(value, list):
+        return ListVariable(items, source)
+    return TupleVariable(items, source, tuple_cls=type(value))
+
+
+def _dict(tx, value, source):
+    for key in value:
+        if not is_constant_value(key):
+            raise Unsupported(f"dict with a non-constant key {type(key).__name__}")
+    _guard(tx, source, "DICT_KEYS", value)
+    items = {k: wrap_value(tx, v, GetItemSource(source, k) if source is not None else None)
+             for k, v in value.items()}
+    return DictVariable(items, source)
+
+
+def _equal_constant(make):
+    def wrap(tx, value, source):
+        _guard(tx, source, "EQUALS_MATCH", value)
+        return make(value)
+    return wrap
+
+
+def _identity(make):
+    def wrap(tx, value, source):
+        _guard(tx, source, "ID_MATCH", value)
+        return make(value, source)
+    return wrap
+
+
+def _bound_method(tx, value, source):
+    if not isinstance(value.__func__, types.FunctionType):
+        raise Unsupported(f"bound method of a builtin: {value!r}")
+    self_src = AttrSource(source, "__self__") if source is not None else None
+    fn_src = AttrSource(source, "__func__") if source is not None else None
+    _guard(tx, fn_src, "ID_MATCH", value.__func__)
+    return UserMethodVariable(value.__func__, wrap_value(tx, value.__self__, self_src), fn_src)
+
+
+def _object(tx, value, source):
+    _guard(tx, source, "TYPE_MATCH", value)
+    return UserDefinedObjectVariable(value, source)
+
+
+def _is_plain_tuple(v):
+    return isinstance(v, (tuple, list)) and type(v) in (tuple, list) or \
+        (isinstance(v, tuple) and hasattr(type(v), "_fields"))
+
+
+_GRAD_MODE_CLASSES = (torch.no_grad, torch.enable_grad, torch.set_grad_enabled)
+
+_TABLE = [
+    (lambda v: isinstance(v, torch.Tensor), _tensor),
+    (lambda v: isinstance(v, torch.nn.Module), _module),
+    (is_constant_value, _constant),
+    (lambda v: type(v) is torch.Size, _size),
+    (_is_plain_tuple, _sequence),
+    (lambda v: type(v) is dict, _dict),
+    (lambda v: type(v) is range, _equal_constant(RangeVariable)),
+    (lambda v: type(v) is slice, _equal_constant(
+        lambda s: SliceVariable(*(ConstantVariable(p) for p in (s.start, s.stop, s.step))))),
+    (lambda v: any(v is c for c in _GRAD_MODE_CLASSES), _identity(TorchVariable)),
+    (is_torch_callable, _identity(TorchVariable)),
+    (is_supported_builtin, _identity(BuiltinVariable)),
+    (lambda v: isinstance(v, types.FunctionType), _identity(UserFunctionVariable)),
+    (lambda v: isinstance(v, types.MethodType), _bound_method),
+    (lambda v: isinstance(v, types.ModuleType), _identity(PythonModuleVariable)),
+    (lambda v: isinstance(v, type), _identity(UserDefinedClassVariable)),
+    (lambda v: True, _object),
+]
+
+
+def wrap_value(tx, value, source):
+    """The tracker of ``value`` read from ``source``, with the guards that pin what was read."""
+    for accepts, make in _TABLE:
+        if accepts(value):
+            return make(tx, value, source)
+    raise AssertionError("the last row accepts everything")
+
+
+def wrap_constant(value):
+    """A tracker for a value computed at trace time (no source, no guards)."""
+    if is_constant_value(value):
+        return ConstantVariable(value)
+    if type(value) is torch.Size:
+        return SizeVariable([ConstantVariable(int(s)) for s in value])
+    if isinstance(value, tuple):
+        return TupleVariable([wrap_constant(v) for v in value], tuple_cls=type(value))
+    if type(value) is list:
+        return ListVariable([wrap_constant(v) for v in value])
+    if type(value) is dict:
+        return DictVariable({k: wrap_constant(v) for k, v in value.items()})
+    if type(value) is range:
+        return RangeVariable(value)
+    if type(value) is slice:
+        return SliceVariable(*(ConstantVariable(p) for p in (value.start, value.stop, value.step)))
+    if isinstance(value, (frozenset, types.CodeType)):
+        return ConstantVariable(value)
+    if isinstance(value, type):
+        return UserDefinedClassVariable(value)
+    if is_supported_builtin(value):
+        return BuiltinVariable(value)
+    raise Unsupported(f"a value of type {type(value).__name__} computed while tracing")

@@ -1,0 +1,365 @@
+"""Python builtins and the operator module (which the arithmetic opcodes also go through).
+
+Each supported builtin has one handler; calls with only constant arguments of a pure builtin
+are folded; operators on tensors become graph nodes.
+"""
+import builtins
+import math
+import operator
+
+from ..exc import Unsupported
+from .base import VariableTracker
+from .constant import ConstantVariable
+from .dicts import DictVariable, items_of
+from .lists import BaseListVariable, ListIteratorVariable, ListVariable, RangeVariable, TupleVariable
+from .tensor import TensorVariable
+
+_HANDLERS = {}
+
+BINARY_OPS = [operator.add, operator.sub, operator.mul, operator.truediv, operator.floordiv,
+              operator.mod, operator.pow, operator.matmul, operator.and_, operator.or_,
+              operator.xor, operator.lshift, operator.rshift]
+INPLACE_OPS = [operator.iadd, operator.isub, operator.imul, operator.itruediv,
+               operator.ifloordiv, operator.imod, operator.ipow, operator.imatmul,
+               operator.iand, operator.ior, operator.ixor, operator.ilshift, operator.irshift]
+COMPARE_OPS = [operator.lt, operator.le, operator.eq, operator.ne, operator.gt, operator.ge]
+UNARY_OPS = [operator.neg, operator.pos, operator.invert, operator.abs, builtins.abs]
+
+# Builtins without side effects: with constant arguments, the call is done at trace time.
+_PURE = {abs, all, any, bool, bytes, chr, complex, divmod, float, format, hash, int, len, max,
+         min, ord, pow, repr, round, sorted, str, sum, tuple, list, dict, isinstance, issubclass,
+         hex, oct, bin, *BINARY_OPS, *COMPARE_OPS, *UNARY_OPS, operator.not_, operator.truth,
+         operator.getitem, operator.contains, operator.index, operator.concat}
+_PURE |= {getattr(math, n) for n in dir(math) if callable(getattr(math, n))}
+
+
+def handles(*fns):
+    def register(handler):
+        for fn in fns:
+            _HANDLERS[fn] = handler
+        return handler
+    return register
+
+
+def is_supported_builtin(value):
+    try:
+        return value in _HANDLERS or value in _PURE
+    except TypeError:
+        return False
+
+
+def _constants(args, kwargs):
+    return [a.as_python_constant() for a in args], {k: v.as_python_constant() for k, v in kwargs.items()}
+
+
+def _all_constant(args, kwargs=None):
+    return all(a.is_python_constant() for a in [*args, *(kwargs or {}).values()])
+
+
+def fold(fn, args, kwargs=None):
+    from .builder import wrap_constant
+    cargs, ckwargs = _constants(args, kwargs or {})
+    try:
+        result = fn(*cargs, **ckwargs)
+    except Exception as e:
+        raise Unsupported(f"{getattr(fn, '__name__', fn)}{tuple(cargs)} raised "
+                          f"{type(e).__name__}: {e}") from None
+    return wrap_constant(result)
+
+
+class BuiltinVariable(VariableTracker):
+    def __init__(self, fn, source=None):
+        super().__init__(source)
+        self.fn = fn
+
+    def python_type(self):
+        return type(self.fn)
+
+    def as_python_constant(self):
+        return self.fn
+
+    def truth(self, tx):
+        return True
+
+    def call_function(self, tx, args, kwargs):
+        return call_builtin(tx, self.fn, list(args), dict(kwargs))
+
+    def reconstruct(self, codegen):
+        if self.source is not None:
+            return self.source.reconstruct(codegen)
+        codegen.load_const(self.fn)
+
+    def _repr_value(self):
+        return getattr(self.fn, "__name__", repr(self.fn))
+
+
+def call_builtin(tx, fn, args, kwargs):
+    handler = _HANDLERS.get(fn)
+    if handler is not None:
+        return handler(tx, *args, **kwargs)
+    if fn in _PURE and _all_constant(args, kwargs):
+        return fold(fn, args, kwargs)
+    raise Unsupported(f"builtin {getattr(fn, '__qualname__', fn)} with arguments "
+                      f"{[type(a).__name__ for a in args]} is not supported")
+
+
+def _any_tensor(*args):
+    return any(isinstance(a, TensorVariable) for a in args)
+
+
+def _make_binary(fn):
+    def handler(tx, a, b):
+        if _any_tensor(a, b):
+            return tx.output.call_graph(tx, "call_function", fn, (a, b), {})
+        if fn is operator.iadd and isinstance(a, ListVariable):
+            return a.call_method(tx, "__iadd__", [b], {})
+        if _all_constant([a, b]):
+            return fold(fn, [a, b])
+        if fn in (operator.add, operator.iadd) and isinstance(a, BaseListVariable) \
+                and isinstance(b, BaseListVariable) and a.python_cls is b.python_cls:
+            return type(a)(a.items + b.items) if a.python_cls is list else TupleVariable(a.items + b.items)
+        if fn in (operator.mul, operator.imul):
+            seq, n = (a, b) if isinstance(a, BaseListVariable) else (b, a)
+            if isinstance(seq, BaseListVariable) and n.is_python_constant():
+                items = seq.items * n.as_python_constant()
+                return ListVariable(items) if seq.python_cls is list else TupleVariable(items)
+        if fn in (operator.eq, operator.ne) and type(a.python_type()) is type \
+                and a.python_type() is not b.python_type() and _is_simple_type(a) and _is_simple_type(b):
+            return ConstantVariable(fn is operator.ne)
+        raise Unsupported(f"operator.{fn.__name__} on {a} and {b}")
+    return handler
+
+
+def _is_simple_type(v):
+    """Types whose equality with another type is always False (no custom __eq__)."""
+    try:
+        t = v.python_type()
+    except Unsupported:
+        return False
+    return t in (type(None), bool, int, float, str, tuple, list, dict)
+
+
+for _fn in (*BINARY_OPS, *INPLACE_OPS, *COMPARE_OPS):
+    _HANDLERS[_fn] = _make_binary(_fn)
+
+
+def _make_unary(fn):
+    def handler(tx, a):
+        if isinstance(a, TensorVariable):
+            return tx.output.call_graph(tx, "call_function", fn, (a,), {})
+        if a.is_python_constant():
+            return fold(fn, [a])
+        raise Unsupported(f"{fn.__name__} of {a}")
+    return handler
+
+
+for _fn in UNARY_OPS:
+    _HANDLERS[_fn] = _make_unary(_fn)
+
+
+@handles(operator.not_)
+def _not(tx, a):
+    return ConstantVariable(not a.truth(tx))
+
+
+@handles(operator.truth, bool)
+def _bool(tx, a=None):
+    if a is None:
+        return ConstantVariable(False)
+    return ConstantVariable(a.truth(tx))
+
+
+def is_same_object(tx, a, b):
+    """``a is b`` at trace time, or Unsupported when identity is not known."""
+    from .nn_module import NNModuleVariable
+    if a is b:
+        return True
+    if isinstance(a, ConstantVariable) and isinstance(b, ConstantVariable):
+        return a.value is b.value
+    for x, y in ((a, b), (b, a)):
+        if isinstance(x, ConstantVariable) and x.value is None:
+            return False  # None is always a ConstantVariable, so y is something else
+    if a.source is not None and b.source is not None and a.source == b.source:
+        return True
+    if isinstance(a, NNModuleVariable) and isinstance(b, NNModuleVariable):
+        return a.module is b.module  # both guarded by ID_MATCH
+    if isinstance(a, TensorVariable) and isinstance(b, TensorVariable) and a.node is b.node:
+        return True
+    if a.is_python_constant() and b.is_python_constant():
+        return a.as_python_constant() is b.as_python_constant()
+    raise Unsupported(f"identity of {a} and {b} is not known while tracing")
+
+
+_HANDLERS[operator.is_] = lambda tx, a, b: ConstantVariable(is_same_object(tx, a, b))
+_HANDLERS[operator.is_not] = lambda tx, a, b: ConstantVariable(not is_same_object(tx, a, b))
+
+
+@handles(operator.contains)
+def _contains(tx, container, item):
+    return container.call_method(tx, "__contains__", [item], {})
+
+
+@handles(operator.getitem)
+def _getitem(tx, obj, index):
+    return obj.call_method(tx, "__getitem__", [index], {})
+
+
+@handles(operator.setitem)
+def _setitem(tx, obj, index, value):
+    return obj.call_method(tx, "__setitem__", [index, value], {})
+
+
+@handles(operator.delitem)
+def _delitem(tx, obj, index):
+    return obj.call_method(tx, "__delitem__", [index], {})
+
+
+@handles(len)
+def _len(tx, obj):
+    return obj.call_method(tx, "__len__", [], {})
+
+
+@handles(isinstance)
+def _isinstance(tx, obj, cls):
+    classes = cls.as_python_constant()
+    return ConstantVariable(issubclass(obj.python_type(), classes))
+
+
+@handles(issubclass)
+def _issubclass(tx, a, b):
+    return ConstantVariable(issubclass(a.as_python_constant(), b.as_python_constant()))
+
+
+@handles(type)
+def _type(tx, obj):
+    from .builder import wrap_value
+    return wrap_value(tx, obj.python_type(), None)
+
+
+@handles(getattr)
+def _getattr(tx, obj, name, default=None):
+    attr = name.as_python_constant()
+    if default is not None and not obj.has_attr(tx, attr):
+        return default
+    return obj.var_getattr(tx, attr)
+
+
+@handles(hasattr)
+def _hasattr(tx, obj, name):
+    return ConstantVariable(obj.has_attr(tx, name.as_python_constant()))
+
+
+@handles(range)
+def _range(tx, *args):
+    cargs, _ = _constants(args, {})
+    return RangeVariable(range(*cargs))
+
+
+@handles(enumerate)
+def _enumerate(tx, seq, start=None):
+    first = start.as_python_constant() if start is not None else 0
+    items = seq.unpack_var_sequence(tx)
+    return ListIteratorVariable([TupleVariable([ConstantVariable(first + i), item])
+                                 for i, item in enumerate(items)])
+
+
+@handles(zip)
+def _zip(tx, *seqs, strict=None):
+    columns = [s.unpack_var_sequence(tx) for s in seqs]
+    if strict is not None and strict.as_python_constant() and len({len(c) for c in columns}) > 1:
+        raise Unsupported("zip(strict=True) of sequences of different lengths")
+    return ListIteratorVariable([TupleVariable(list(row)) for row in zip(*columns)])
+
+
+@handles(iter)
+def _iter(tx, obj):
+    if isinstance(obj, ListIteratorVariable):
+        return obj
+    return ListIteratorVariable(obj.unpack_var_sequence(tx))
+
+
+@handles(next)
+def _next(tx, it, default=None):
+    if not isinstance(it, ListIteratorVariable):
+        raise Unsupported(f"next() of {it}")
+    item = it.next_item(tx)
+    if item is None:
+        if default is None:
+            raise Unsupported("StopIteration raised by next()")
+        return default
+    return item
+
+
+@handles(reversed)
+def _reversed(tx, seq):
+    return ListIteratorVariable(list(reversed(seq.unpack_var_sequence(tx))))
+
+
+@handles(list)
+def _list(tx, seq=None):
+    return ListVariable(seq.unpack_var_sequence(tx) if seq is not None else [])
+
+
+@handles(tuple)
+def _tuple(tx, seq=None):
+    return TupleVariable(seq.unpack_var_sequence(tx) if seq is not None else [])
+
+
+@handles(dict)
+def _dict(tx, mapping=None, **kwargs):
+    items = dict(items_of(tx, mapping)) if mapping is not None else {}
+    items.update(kwargs)
+    return DictVariable(items)
+
+
+def _make_min_max(fn):
+    def handler(tx, *args, **kwargs):
+        items = args[0].unpack_var_sequence(tx) if len(args) == 1 else list(args)
+        if _all_constant(items, kwargs):
+            return fold(fn, items, kwargs)
+        raise Unsupported(f"{fn.__name__}() of tensors compares their data (data-dependent)")
+    return handler
+
+
+_HANDLERS[min] = _make_min_max(min)
+_HANDLERS[max] = _make_min_max(max)
+
+
+@handles(sum)
+def _sum(tx, seq, start=None):
+    items = seq.unpack_var_sequence(tx)
+    acc = start if start is not None else ConstantVariable(0)
+    for item in items:
+        acc = _HANDLERS[operator.add](tx, acc, item)
+    return acc
+
+
+_HANDLERS[any] = lambda tx, seq: ConstantVariable(any(i.truth(tx) for i in seq.unpack_var_sequence(tx)))
+_HANDLERS[all] = lambda tx, seq: ConstantVariable(all(i.truth(tx) for i in seq.unpack_var_sequence(tx)))
+
+
+def _make_conversion(fn):
+    def handler(tx, *args, **kwargs):
+        if args and isinstance(args[0], TensorVariable):
+            raise Unsupported(f"{fn.__name__}() of a tensor needs its data (data-dependent)")
+        if _all_constant(args, kwargs):
+            return fold(fn, args, kwargs)
+        raise Unsupported(f"{fn.__name__}() of {args}")
+    return handler
+
+
+for _fn in (int, float, str, complex):
+    _HANDLERS[_fn] = _make_conversion(_fn)
+
+
+@handles(print)
+def _print(tx, *args, **kwargs):
+    raise Unsupported("print() has a side effect (graph breaks arrive in a later issue)")
+
+
+@handles(sorted)
+def _sorted(tx, seq, **kwargs):
+    items = seq.unpack_var_sequence(tx)
+    if _all_constant(items, kwargs):
+        return fold(sorted, [ListVariable(items)], kwargs)
+    raise Unsupported("sorted() of non-constant values")

@@ -1,0 +1,74 @@
+"""Python scalars known at trace time: None, bool, int, float, complex, str, bytes, dtypes,
+devices, Ellipsis. Their operations are folded at trace time; the guards that made them known
+were installed when they were read."""
+import enum
+
+import torch
+
+from ..exc import Unsupported
+from .base import GetAttrVariable, VariableTracker
+
+CONSTANT_TYPES = (type(None), bool, int, float, complex, str, bytes, type(Ellipsis),
+                  type(NotImplemented), torch.dtype, torch.device, torch.layout,
+                  torch.memory_format, enum.Enum)
+
+
+def is_constant_value(value):
+    return isinstance(value, CONSTANT_TYPES) and not isinstance(value, torch.Tensor)
+
+
+class ConstantVariable(VariableTracker):
+    def __init__(self, value, source=None):
+        super().__init__(source)
+        self.value = value
+
+    def python_type(self):
+        return type(self.value)
+
+    def as_python_constant(self):
+        return self.value
+
+    def truth(self, tx):
+        return bool(self.value)
+
+    def unpack_var_sequence(self, tx):
+        if not isinstance(self.value, (str, bytes, frozenset)):
+            raise Unsupported(f"iterating over {type(self.value).__name__}")
+        return [ConstantVariable(v) for v in self.value]
+
+
+    def has_attr(self, tx, name):
+        return hasattr(self.value, name)
+
+    def var_getattr(self, tx, name):
+        try:
+            attr = getattr(self.value, name)
+        except AttributeError:
+            raise Unsupported(f"{type(self.value).__name__} has no attribute {name!r}") from None
+        if callable(attr):
+            return GetAttrVariable(self, name)
+        from .builder import wrap_constant
+        return wrap_constant(attr)
+
+    def call_method(self, tx, name, args, kwargs):
+        from .builder import wrap_constant
+        try:
+            const_args = [a.as_python_constant() for a in args]
+            const_kwargs = {k: v.as_python_constant() for k, v in kwargs.items()}
+        except Unsupported:
+            raise Unsupported(f"{type(self.value).__name__}.{name} with non-constant "
+                              "arguments") from None
+        method = getattr(self.value, name, None)
+        if method is None:
+            raise Unsupported(f"{type(self.value).__name__} has no method {name!r}")
+        try:
+            return wrap_constant(method(*const_args, **const_kwargs))
+        except Exception as e:
+            raise Unsupported(f"{type(self.value).__name__}.{name} raised "
+                              f"{type(e).__name__}: {e}") from None
+
+    def reconstruct(self, codegen):
+        codegen.load_const(self.value)
+
+    def _repr_value(self):
+        return repr(self.value)

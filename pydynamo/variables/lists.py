@@ -1,0 +1,300 @@
+"""Sequences: tuples, lists, torch.Size, range, slices, and list iterators (FOR_ITER)."""
+import types
+
+import torch
+
+from ..exc import Unsupported
+from .base import VariableTracker
+from .constant import ConstantVariable
+
+
+def _const_index(tx, index):
+    if not index.is_python_constant():
+        raise Unsupported(f"indexing a sequence with {index}")
+    return index.as_python_constant()
+
+
+class BaseListVariable(VariableTracker):
+    python_cls = list
+
+    def __init__(self, items, source=None):
+        super().__init__(source)
+        self.items = list(items)
+
+    def python_type(self):
+        return self.python_cls
+
+    def as_python_constant(self):
+        return self.python_cls([item.as_python_constant() for item in self.items])
+
+    def unpack_var_sequence(self, tx):
+        return list(self.items)
+
+    def truth(self, tx):
+        return bool(self.items)
+
+    def _new(self, items):
+        return type(self)(items)
+
+    def getitem(self, tx, index):
+        key = _const_index(tx, index)
+        if isinstance(key, slice):
+            return self._new(self.items[key])
+        try:
+            return self.items[key]
+        except (IndexError, TypeError) as e:
+            raise Unsupported(f"{self.python_cls.__name__} index {key!r}: {e}") from None
+
+    def call_method(self, tx, name, args, kwargs):
+        if name == "__getitem__" and len(args) == 1:
+            return self.getitem(tx, args[0])
+        if name == "__len__" and not args:
+            return ConstantVariable(len(self.items))
+        if name in ("index", "count") and self.is_python_constant():
+            value = [a.as_python_constant() for a in args]
+            return ConstantVariable(getattr(self.as_python_constant(), name)(*value))
+        if name == "__contains__" and len(args) == 1:
+            return contains(tx, self.items, args[0])
+        raise Unsupported(f"{self.python_cls.__name__}.{name}")
+
+    def var_getattr(self, tx, name):
+        from .base import GetAttrVariable
+        if hasattr(self.python_cls, name):
+            return GetAttrVariable(self, name)
+        raise Unsupported(f"{self.python_cls.__name__} attribute {name!r}")
+
+    def has_attr(self, tx, name):
+        return hasattr(self.python_cls, name)
+
+    def reconstruct(self, codegen):
+        if self.source is not None:  # the same object (mutations were replayed into it)
+            return self.source.reconstruct(codegen)
+        for item in self.items:
+            codegen(item)
+        codegen.append_build(self.python_cls, len(self.items))
+
+    def _repr_value(self):
+        return repr(self.items)
+
+
+def contains(tx, items, needle):
+    """``needle in items`` when every element (and the needle) is a trace-time constant."""
+    if needle.is_python_constant() and all(i.is_python_constant() for i in items):
+        value = needle.as_python_constant()
+        return ConstantVariable(any(value == i.as_python_constant() for i in items))
+    raise Unsupported("'in' on a sequence of non-constant values")
+
+
+class TupleVariable(BaseListVariable):
+    python_cls = tuple
+
+    def __init__(self, items, source=None, tuple_cls=tuple):
+        super().__init__(items, source)
+        self.tuple_cls = tuple_cls
+
+    def python_type(self):
+        return self.tuple_cls
+
+    def _new(self, items):
+        return TupleVariable(items)
+
+    def as_python_constant(self):
+        if self.tuple_cls is not tuple:
+            raise Unsupported(f"{self.tuple_cls.__name__} as a constant")
+        return super().as_python_constant()
+
+    def var_getattr(self, tx, name):
+        fields = tuple_fields(self.tuple_cls)
+        if fields and name in fields:
+            return self.items[fields.index(name)]
+        return super().var_getattr(tx, name)
+
+    def reconstruct(self, codegen):
+        if self.tuple_cls is not tuple and self.source is None:
+            codegen.append_push_null()
+            codegen.load_const(self.tuple_cls)
+            for item in self.items:
+                codegen(item)
+            if hasattr(self.tuple_cls, "_fields"):  # namedtuple(*items)
+                return codegen.append_call(len(self.items))
+            codegen.append_build(tuple, len(self.items))  # structseq(tuple)
+            return codegen.append_call(1)
+        super().reconstruct(codegen)
+
+
+def tuple_fields(cls):
+    """Field names of a namedtuple or of a structseq such as torch.return_types.max."""
+    fields = getattr(cls, "_fields", None)
+    if fields is None and hasattr(cls, "n_sequence_fields"):
+        fields = [k for k, v in vars(cls).items() if isinstance(v, types.MemberDescriptorType)]
+    return fields
+
+
+class SizeVariable(TupleVariable):
+    """torch.Size of a tensor: static shapes make every entry a constant."""
+
+    def __init__(self, items, source=None):
+        super().__init__(items, source, tuple_cls=torch.Size)
+
+    def _new(self, items):
+        return TupleVariable(items)
+
+    def as_python_constant(self):
+        return torch.Size([item.as_python_constant() for item in self.items])
+
+    def call_method(self, tx, name, args, kwargs):
+        if name == "numel" and not args:
+            return ConstantVariable(self.as_python_constant().numel())
+        if name == "__getitem__" and len(args) == 1:
+            key = _const_index(tx, args[0])
+            if isinstance(key, slice):
+                return SizeVariable(self.items[key])
+        return super().call_method(tx, name, args, kwargs)
+
+    def reconstruct(self, codegen):
+        codegen.load_const(self.as_python_constant())
+
+
+class ListVariable(BaseListVariable):
+    python_cls = list
+
+    def _mutate(self, tx):
+        tx.output.note_mutation(self)
+
+    def call_method(self, tx, name, args, kwargs):
+        handler = getattr(self, f"_method_{name.strip('_')}", None)
+        if handler is not None and not kwargs:
+            return handler(tx, *args)
+        return super().call_method(tx, name, args, kwargs)
+
+    def _method_append(self, tx, item):
+        self._mutate(tx)
+        self.items.append(item)
+        return ConstantVariable(None)
+
+    def _method_extend(self, tx, other):
+        items = other.unpack_var_sequence(tx)
+        self._mutate(tx)
+        self.items.extend(items)
+        return ConstantVariable(None)
+
+    def _method_iadd(self, tx, other):
+        self._method_extend(tx, other)
+        return self
+
+    def _method_insert(self, tx, index, item):
+        self._mutate(tx)
+        self.items.insert(_const_index(tx, index), item)
+        return ConstantVariable(None)
+
+    def _method_pop(self, tx, index=None):
+        i = -1 if index is None else _const_index(tx, index)
+        if not self.items:
+            raise Unsupported("pop from an empty list")
+        self._mutate(tx)
+        return self.items.pop(i)
+
+    def _method_clear(self, tx):
+        self._mutate(tx)
+        self.items.clear()
+        return ConstantVariable(None)
+
+    def _method_reverse(self, tx):
+        self._mutate(tx)
+        self.items.reverse()
+        return ConstantVariable(None)
+
+    def _method_copy(self, tx):
+        return ListVariable(self.items)
+
+    def _method_setitem(self, tx, index, value):
+        key = _const_index(tx, index)
+        self._mutate(tx)
+        if isinstance(key, slice):
+            self.items[key] = value.unpack_var_sequence(tx)
+        else:
+            self.items[key] = value
+        return ConstantVariable(None)
+
+    def _method_delitem(self, tx, index):
+        key = _const_index(tx, index)
+        self._mutate(tx)
+        del self.items[key]
+        return ConstantVariable(None)
+
+
+class RangeVariable(VariableTracker):
+    def __init__(self, value: range):
+        super().__init__(None)
+        self.value = value
+
+    def python_type(self):
+        return range
+
+    def as_python_constant(self):
+        return self.value
+
+    def unpack_var_sequence(self, tx):
+        return [ConstantVariable(i) for i in self.value]
+
+    def truth(self, tx):
+        return bool(self.value)
+
+    def call_method(self, tx, name, args, kwargs):
+        from .builder import wrap_constant
+        if name == "__getitem__":
+            return wrap_constant(self.value[_const_index(tx, args[0])])
+        if name == "__len__":
+            return ConstantVariable(len(self.value))
+        if name == "__contains__":
+            return contains(tx, self.unpack_var_sequence(tx), args[0])
+        raise Unsupported(f"range.{name}")
+
+    def reconstruct(self, codegen):
+        codegen.load_const(self.value)
+
+
+class SliceVariable(VariableTracker):
+    def __init__(self, start, stop, step):
+        super().__init__(None)
+        self.parts = (start, stop, step)
+
+    def python_type(self):
+        return slice
+
+    def as_python_constant(self):
+        return slice(*[p.as_python_constant() for p in self.parts])
+
+    def reconstruct(self, codegen):
+        codegen.load_const(self.as_python_constant())
+
+
+class ListIteratorVariable(VariableTracker):
+    """An iterator over known items (what GET_ITER makes of lists, ranges, dicts, zip...)."""
+
+    def __init__(self, items):
+        super().__init__(None)
+        self.items = list(items)
+        self.index = 0
+
+    def python_type(self):
+        return type(iter([]))
+
+    def next_item(self, tx):
+        """The next item, or None when exhausted."""
+        if self.index >= len(self.items):
+            return None
+        self.index += 1
+        return self.items[self.index - 1]
+
+    def unpack_var_sequence(self, tx):
+        rest = self.items[self.index:]
+        self.index = len(self.items)
+        return rest
+
+    def truth(self, tx):
+        return True
+
+    def reconstruct(self, codegen):
+        codegen(TupleVariable(self.items[self.index:]))
+        codegen.append_get_iter()

@@ -1,0 +1,89 @@
+"""torch functions, torch.nn.functional and tensor methods called as functions.
+
+Anything callable that lives in torch and runs on fake tensors becomes one graph node; a few
+functions that only read global state are answered at trace time (and guarded globally), and
+functions that change torch's global state are refused.
+"""
+import torch
+
+from ..exc import Unsupported
+from .base import VariableTracker
+from .constant import ConstantVariable
+
+# Functions that read True under torch.compile; libraries pick trace-friendly paths by them.
+_COMPILING_TRUE = [getattr(torch.compiler, n) for n in ("is_compiling", "is_dynamo_compiling")
+                   if hasattr(torch.compiler, n)]
+_FOLD = {torch.jit.is_scripting: False, torch.jit.is_tracing: False,
+         torch._C._get_tracing_state: None, torch.compiler.is_exporting: False,
+         torch.overrides.has_torch_function: False,
+         torch.overrides.has_torch_function_unary: False,
+         torch.overrides.has_torch_function_variadic: False}
+# Answered from current global state, which the GRAD_MODE / DEFAULT_DTYPE guards pin.
+_GLOBAL_STATE = {torch.is_grad_enabled, torch.get_default_dtype}
+_REFUSED_PREFIXES = ("set_", "_set_", "manual_seed", "seed", "use_deterministic", "initial_seed")
+
+
+def is_compiling_function(value):
+    try:
+        return any(value is f for f in _COMPILING_TRUE)
+    except TypeError:
+        return False
+
+
+def is_torch_callable(value):
+    if isinstance(value, type) or not callable(value):
+        return False
+    if isinstance(value, (torch._ops.OpOverloadPacket, torch._ops.OpOverload)):
+        return True
+    objclass = getattr(value, "__objclass__", None)
+    if objclass is not None and isinstance(objclass, type) and issubclass(objclass, torch._C.TensorBase):
+        return True
+    module = getattr(value, "__module__", None) or ""
+    return module == "torch" or module.startswith("torch.")
+
+
+class TorchVariable(VariableTracker):
+    def __init__(self, fn, source=None):
+        super().__init__(source)
+        self.fn = fn
+
+    def python_type(self):
+        return type(self.fn)
+
+    def as_python_constant(self):
+        return self.fn
+
+    def truth(self, tx):
+        return True
+
+    def has_attr(self, tx, name):
+        return hasattr(self.fn, name)
+
+    def var_getattr(self, tx, name):
+        from ..source import AttrSource
+        from .builder import wrap_value
+        src = AttrSource(self.source, name) if self.source is not None else None
+        return wrap_value(tx, getattr(self.fn, name), src)
+
+    def call_function(self, tx, args, kwargs):
+        fn = self.fn
+        if is_compiling_function(fn):
+            return ConstantVariable(True)
+        if fn in _FOLD:
+            return ConstantVariable(_FOLD[fn])
+        if fn in _GLOBAL_STATE:
+            return ConstantVariable(fn())
+        if fn in (torch.no_grad, torch.enable_grad, torch.set_grad_enabled):
+            from .ctx import GradModeVariable
+            return GradModeVariable.create(tx, fn, args, kwargs)
+        name = getattr(fn, "__name__", "")
+        if name.startswith(_REFUSED_PREFIXES):
+            raise Unsupported(f"torch.{name} changes global torch state")
+        if fn is torch.Size:
+            from .lists import SizeVariable
+            items = args[0].unpack_var_sequence(tx) if args else []
+            return SizeVariable(items)
+        return tx.output.call_graph(tx, "call_function", fn, tuple(args), kwargs)
+
+    def _repr_value(self):
+        return getattr(self.fn, "__qualname__", None) or repr(self.fn)

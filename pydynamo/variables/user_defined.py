@@ -1,0 +1,160 @@
+"""Python modules, classes, and instances of user classes (read-only: attribute reads are
+guarded one by one; methods are inlined)."""
+import inspect
+import types
+
+from ..exc import Unsupported
+from ..source import AttrSource
+from .base import VariableTracker
+
+_MISSING = object()
+
+
+def lookup_class_attr(tx, obj_var, cls, name, src):
+    """``obj.name`` found on the class: methods bind to ``obj_var``, properties run inlined.
+
+    ``src`` is the source of ``obj.name``; methods are guarded by identity of their function.
+    """
+    from .builder import wrap_value
+    from .functions import UserFunctionVariable, UserMethodVariable
+    attr = inspect.getattr_static(cls, name, _MISSING)
+    if attr is _MISSING:
+        return _MISSING
+    if isinstance(attr, types.FunctionType):
+        fn_src = AttrSource(src, "__func__") if src is not None else None
+        if fn_src is not None:
+            tx.output.guards.ID_MATCH(fn_src, attr)
+        return UserMethodVariable(attr, obj_var, fn_src)
+    if isinstance(attr, staticmethod):
+        return wrap_value(tx, attr.__func__, src)
+    if isinstance(attr, property) and isinstance(attr.fget, types.FunctionType):
+        cls_src = AttrSource(obj_var.source, "__class__") if obj_var.source is not None else None
+        fget_src = AttrSource(AttrSource(cls_src, name), "fget") if cls_src is not None else None
+        if fget_src is not None:
+            tx.output.guards.ID_MATCH(fget_src, attr.fget)
+        return UserFunctionVariable(attr.fget, fget_src).call_function(tx, [obj_var], {})
+    if isinstance(attr, (classmethod, property)) or hasattr(type(attr), "__get__"):
+        if not isinstance(attr, types.MemberDescriptorType):
+            raise Unsupported(f"descriptor {type(attr).__name__} {cls.__name__}.{name}")
+    return _MISSING_VALUE
+
+
+_MISSING_VALUE = object()  # found, but a plain value: read it with getattr
+
+
+class PythonModuleVariable(VariableTracker):
+    def __init__(self, module, source=None):
+        super().__init__(source)
+        self.module = module
+
+    def python_type(self):
+        return types.ModuleType
+
+    def as_python_constant(self):
+        return self.module
+
+    def truth(self, tx):
+        return True
+
+    def has_attr(self, tx, name):
+        return hasattr(self.module, name)
+
+    def var_getattr(self, tx, name):
+        from .builder import wrap_value
+        if not hasattr(self.module, name):
+            raise Unsupported(f"module {self.module.__name__} has no attribute {name!r}")
+        src = AttrSource(self.source, name) if self.source is not None else None
+        return wrap_value(tx, getattr(self.module, name), src)
+
+    def _repr_value(self):
+        return self.module.__name__
+
+
+class UserDefinedClassVariable(VariableTracker):
+    def __init__(self, cls, source=None):
+        super().__init__(source)
+        self.cls = cls
+
+    def python_type(self):
+        return type(self.cls)
+
+    def as_python_constant(self):
+        return self.cls
+
+    def truth(self, tx):
+        return True
+
+    def has_attr(self, tx, name):
+        return hasattr(self.cls, name)
+
+    def var_getattr(self, tx, name):
+        from .builder import wrap_value
+        attr = inspect.getattr_static(self.cls, name, _MISSING)
+        if attr is _MISSING:
+            raise Unsupported(f"class {self.cls.__name__} has no attribute {name!r}")
+        if isinstance(attr, (classmethod, property)):
+            raise Unsupported(f"{type(attr).__name__} {self.cls.__name__}.{name}")
+        src = AttrSource(self.source, name) if self.source is not None else None
+        return wrap_value(tx, getattr(self.cls, name), src)
+
+    def call_function(self, tx, args, kwargs):
+        raise Unsupported(f"creating an instance of {self.cls.__qualname__} while tracing")
+
+    def reconstruct(self, codegen):
+        if self.source is not None:
+            return self.source.reconstruct(codegen)
+        codegen.load_const(self.cls)
+
+    def _repr_value(self):
+        return self.cls.__qualname__
+
+
+class UserDefinedObjectVariable(VariableTracker):
+    """An instance of a user class; guarded by TYPE_MATCH plus each attribute read."""
+
+    def __init__(self, value, source=None):
+        super().__init__(source)
+        self.value = value
+
+    def python_type(self):
+        return type(self.value)
+
+    def _check_plain(self):
+        cls = type(self.value)
+        if cls.__getattribute__ is not object.__getattribute__ or hasattr(cls, "__getattr__"):
+            raise Unsupported(f"{cls.__qualname__} customizes attribute access")
+
+    def truth(self, tx):
+        cls = type(self.value)
+        if hasattr(cls, "__bool__") or hasattr(cls, "__len__"):
+            raise Unsupported(f"truth value of a {cls.__qualname__} (it defines __bool__/__len__)")
+        return True
+
+    def has_attr(self, tx, name):
+        self._check_plain()
+        return hasattr(self.value, name)
+
+    def var_getattr(self, tx, name):
+        from .builder import wrap_value
+        self._check_plain()
+        src = AttrSource(self.source, name) if self.source is not None else None
+        inst_dict = getattr(self.value, "__dict__", {})
+        if name not in inst_dict:
+            found = lookup_class_attr(tx, self, type(self.value), name, src)
+            if found is _MISSING:
+                raise Unsupported(f"{type(self.value).__qualname__} has no attribute {name!r}")
+            if found is not _MISSING_VALUE:
+                return found
+        return wrap_value(tx, getattr(self.value, name), src)
+
+    def call_method(self, tx, name, args, kwargs):
+        cls = type(self.value)
+        if name.startswith("__") and not isinstance(getattr(cls, name, None), types.FunctionType):
+            raise Unsupported(f"{cls.__qualname__}.{name} is not a Python method")
+        return self.var_getattr(tx, name).call_function(tx, args, kwargs)
+
+    def call_function(self, tx, args, kwargs):
+        return self.call_method(tx, "__call__", args, kwargs)
+
+    def _repr_value(self):
+        return type(self.value).__qualname__

@@ -1,0 +1,253 @@
+"""nn.Module programs: forward inlined, parameters and buffers as graph inputs by Source."""
+import copy
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from _compile import compile_fn
+from pydynamo.testing import same
+
+
+def run_module(mod, *args, frames=1, ops=None, stateful=False):
+    """Compile mod.forward; compare with eager on a deep copy (for modules with state)."""
+    ref = copy.deepcopy(mod) if stateful else mod
+    c = compile_fn(mod.forward)
+    for _ in range(2):
+        expected = ref(*args)
+        got = c(*args)
+        assert same(got, expected), (got, expected)
+    if stateful:
+        for (name, a), (_, b) in zip(mod.state_dict().items(), ref.state_dict().items()):
+            assert same(a, b), name
+    assert c.compiles == 1
+    assert c.backend.frame_count == frames
+    if ops is not None:
+        assert c.backend.op_count == ops
+    return c
+
+
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(8, 16)
+        self.fc2 = nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.fc2(F.relu(self.fc1(x)))
+
+
+class ConvBNReLU(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = nn.BatchNorm2d(8)
+
+    def forward(self, x):
+        return torch.relu(self.bn(self.conv(x)))
+
+
+class Block(nn.Module):
+    def __init__(self, d=16, heads=2):
+        super().__init__()
+        self.heads = heads
+        self.ln1 = nn.LayerNorm(d)
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.ln2 = nn.LayerNorm(d)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+
+    def attn(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).split(d, dim=-1)
+        q, k, v = [y.view(b, t, self.heads, d // self.heads).transpose(1, 2) for y in (q, k, v)]
+        att = (q @ k.transpose(-2, -1)) * (1.0 / (d // self.heads) ** 0.5)
+        att = att.softmax(dim=-1)
+        return self.proj((att @ v).transpose(1, 2).reshape(b, t, d))
+
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+
+class Transformer(nn.Module):
+    def __init__(self, n=3, d=16):
+        super().__init__()
+        self.emb = nn.Embedding(10, d)
+        self.blocks = nn.ModuleList([Block(d) for _ in range(n)])
+        self.head = nn.Linear(d, 10)
+
+    def forward(self, idx):
+        x = self.emb(idx)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x)
+
+
+def test_linear():
+    c = run_module(nn.Linear(4, 3), torch.randn(2, 4), ops=1)
+    names = [n.target for n in c.backend.graphs[0].graph.nodes if n.op == "placeholder"]
+    assert names == ["L_self_weight", "L_self_bias"] or set(names) == {"L_input_", "L_self_weight", "L_self_bias"}
+
+
+def test_mlp_graph_inputs_named_by_source():
+    mlp = MLP()
+    c = run_module(mlp, torch.randn(5, 8), ops=3)
+    names = {n.target for n in c.backend.graphs[0].graph.nodes if n.op == "placeholder"}
+    assert names == {"L_x_", "L_self_fc1_weight", "L_self_fc1_bias", "L_self_fc2_weight",
+                     "L_self_fc2_bias"}
+    texts = c.guard_texts()
+    assert "L['self'].fc1.weight: Parameter(torch.float32, cpu, size=[16, 8], stride=[8, 1], requires_grad=True)" in texts
+    assert any(t.startswith("L['self'] is <MLP object") for t in texts)
+
+
+def test_conv_bn_relu_eval():
+    m = ConvBNReLU().eval()
+    run_module(m, torch.randn(2, 3, 8, 8))
+
+
+def test_conv_bn_relu_train_updates_running_stats():
+    m = ConvBNReLU().train()
+    run_module(m, torch.randn(2, 3, 8, 8), stateful=True)
+
+
+def test_transformer_block_module_list():
+    torch.manual_seed(0)
+    m = Transformer().eval()
+    c = run_module(m, torch.randint(0, 10, (2, 5)))
+    texts = c.guard_texts()
+    assert "L['self'].blocks._modules.keys() == ['0', '1', '2']" in texts
+
+
+def test_sequential():
+    m = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2), nn.Tanh())
+    run_module(m, torch.randn(3, 4), ops=4)
+
+
+def test_layernorm_dropout_eval_embedding():
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(7, 4)
+            self.ln = nn.LayerNorm(4)
+            self.drop = nn.Dropout(0.5)
+
+        def forward(self, idx):
+            return self.drop(self.ln(self.emb(idx)))
+    run_module(M().eval(), torch.tensor([[1, 2, 3]]))
+
+
+def test_dropout_train_same_rng():
+    m = nn.Dropout(0.5).train()
+    x = torch.randn(100)
+    c = compile_fn(m.forward)
+    torch.manual_seed(1)
+    a = c(x)
+    torch.manual_seed(1)
+    b = m(x)
+    assert torch.equal(a, b)
+
+
+def test_training_flag_branch_and_attributes():
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.eps = 0.5
+            self.lin = nn.Linear(3, 3)
+
+        def forward(self, x):
+            if self.training:
+                return self.lin(x) + self.eps
+            return self.lin(x) - self.eps
+    m = M()
+    c = run_module(m, torch.randn(2, 3))
+    assert "L['self'].training == True" in c.guard_texts()
+    assert "L['self'].eps == 0.5" in c.guard_texts()
+
+
+def test_module_dict_and_len():
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.heads = nn.ModuleDict({"a": nn.Linear(3, 2), "b": nn.Linear(3, 2)})
+
+        def forward(self, x):
+            outs = {k: h(x) for k, h in self.heads.items()}
+            return outs, len(self.heads), "a" in self.heads
+    run_module(M(), torch.randn(2, 3))
+
+
+def test_module_list_indexing_and_enumerate():
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = nn.ModuleList([nn.Linear(3, 3) for _ in range(3)])
+
+        def forward(self, x):
+            x = self.layers[0](x)
+            for i, layer in enumerate(self.layers):
+                if i > 0:
+                    x = layer(x) * i
+            return self.layers[-1](x)
+    run_module(M(), torch.randn(2, 3))
+
+
+def test_nested_custom_modules_and_buffers():
+    class Inner(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("offset", torch.ones(3))
+            self.scale = nn.Parameter(torch.full((3,), 2.0))
+
+        def forward(self, x):
+            return x * self.scale + self.offset
+
+    class Outer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = Inner()
+            self.b = Inner()
+
+        def helper(self, x):
+            return self.b(x).relu()
+
+        def forward(self, x):
+            return self.helper(self.a(x))
+    c = run_module(Outer(), torch.randn(2, 3))
+    names = {n.target for n in c.backend.graphs[0].graph.nodes if n.op == "placeholder"}
+    assert "L_self_a_offset" in names and "L_self_b_scale" in names
+
+
+def test_module_called_from_function_argument():
+    lin = nn.Linear(3, 2)
+
+    def fn(m, x):
+        return m(x).sum(dim=-1)
+    c = compile_fn(fn)
+    x = torch.randn(4, 3)
+    assert same(c(lin, x), fn(lin, x))
+
+
+def test_module_with_hook_is_unsupported():
+    from pydynamo.exc import Unsupported
+    lin = nn.Linear(3, 2)
+    lin.register_forward_hook(lambda *a: None)
+
+    def fn(m, x):
+        return m(x)
+    with pytest.raises(Unsupported, match="hooks"):
+        compile_fn(fn)(lin, torch.randn(1, 3))
+
+
+def test_no_grad_inference_of_module():
+    m = MLP()
+
+    def fn(x):
+        with torch.no_grad():
+            return m(x)
+    c = compile_fn(fn)
+    x = torch.randn(2, 8)
+    out = c(x)
+    assert not out.requires_grad and same(out, fn(x))
+    assert c.backend.op_count == 5  # two grad-mode switches around linear, relu, linear
