@@ -32,10 +32,9 @@ def compile(model=None, *, backend="inductor", fullgraph=False, dynamic=None, mo
 
 def reset():
     """Forget every compiled entry, skip mark and compiled graph."""
-    from . import convert_frame, output_graph
+    from . import convert_frame
     _C.reset()
     convert_frame.reset()
-    output_graph.reset()
 
 
 __all__ = ["optimize", "compile", "disable", "reset", "run_only", "list_backends", "register_backend",
