@@ -1,66 +1,63 @@
-"""A short demo of pydynamo's frame-evaluation hook: a guarded per-code cache served from C.
+"""A short demo of pydynamo's main job: capture a PyTorch program into an FX graph, hand it to a
+backend, and serve later calls from the guarded cache in C.
 
-A hand-made callback stands in for the compiler here: on a cache miss it answers with an entry
-that replaces `scale`'s code, under guards on the argument (a tensor of this dtype/shape/strides)
-and on a global, by code that computes the same thing differently. The demo shows cache hits,
-a recompile when a guard fails, the readable guard failure, and the overhead of a hit.
+    python tools/demo.py
 """
 import time
 
 import torch
 
+import pydynamo
 from pydynamo import _C
 
-FACTOR = 2.0
+
+class Block(torch.nn.Module):
+    def __init__(self, dim=64):
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(dim)
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(dim, dim) for _ in range(2))
+
+    def forward(self, x):
+        h = self.norm(x)
+        for layer in self.layers:
+            h = torch.nn.functional.gelu(layer(h))
+        return x + h
 
 
-def scale(x):
-    return x * FACTOR
+def show_graph(gm, example_inputs):
+    """A backend is any callable with torch.compile's backend signature; this one prints the graph."""
+    print(f"--- graph #{show_graph.count} ({len(example_inputs)} inputs) ---")
+    print(gm.code.strip())
+    show_graph.count += 1
+    return gm.forward
 
 
-def scale_fast(x):  # what a compiler would produce: same arguments, other code
-    return torch.mul(x, FACTOR)
-
-
-def compile_callback(frame, cache_size):
-    if frame.f_code is not scale.__code__:
-        return None  # every other function runs as it is
-    x = frame.f_locals["x"]
-    gs = _C.GuardSet()
-    gs.add((("L", 0),), "TENSOR_MATCH",
-           (type(x), x.dtype, x.device, x.layout, x.requires_grad, tuple(x.shape), x.stride()),
-           f"L['x']: {x.dtype} {tuple(x.shape)}")
-    gs.add((("G", "FACTOR"),), "EQUALS_MATCH", FACTOR, f"G['FACTOR'] == {FACTOR!r}")
-    for entry in _C.get_cache_entries(frame.f_code):
-        print(f"  recompiling: {frame.check_guards(entry.guards)}")
-    print(f"  compiled entry #{cache_size + 1} for {frame.f_code.co_name}:\n    " + "\n    ".join(gs.texts()))
-    return _C.CacheEntry(gs, scale_fast.__code__, scale.__code__)
+show_graph.count = 1
 
 
 def main():
-    global FACTOR
-    a, b = torch.randn(4, 4), torch.randn(8, dtype=torch.float64)
-    prev = _C.set_eval_frame(compile_callback)
-    try:
-        print("call 1 (miss):"); assert torch.equal(scale(a), a * 2)
-        print("call 2 (hit)"); assert torch.equal(scale(a), a * 2)
-        print("call 3, new dtype and shape (miss):"); assert torch.equal(scale(b), b * 2)
-        FACTOR = 3.0
-        print("call 4, global changed (miss):"); assert torch.equal(scale(a), a * 3)
-        counters = _C.debug_counters()
-        print(f"hits={counters['hits']} misses={counters['misses']} entries={_C.cache_size(scale)}")
-        n = 100_000
+    torch.manual_seed(0)
+    model = Block()
+    compiled = pydynamo.compile(model, backend=show_graph)
+    x = torch.randn(8, 64)
+    with torch.no_grad():
+        assert torch.allclose(compiled(x), model(x))
+        print("--- guards of the cache entry ---")
+        print(_C.get_cache_entries(Block.forward)[0].guards)
+        compiled(x)  # a cache hit: no new graph
+        print("--- a new batch size recompiles ---")
+        y = torch.randn(4, 64)
+        assert torch.allclose(compiled(y), model(y))
+        n = 2000
         t0 = time.perf_counter()
         for _ in range(n):
-            scale(a)
-        hit = (time.perf_counter() - t0) / n * 1e6
-    finally:
-        _C.set_eval_frame(prev)
-    t0 = time.perf_counter()
-    for _ in range(n):
-        scale_fast(a)
-    plain = (time.perf_counter() - t0) / n * 1e6
-    print(f"per call: plain {plain:.2f} µs, served by a cache hit {hit:.2f} µs (+{hit - plain:.2f} µs)")
+            compiled(x)
+        ours = (time.perf_counter() - t0) / n * 1e6
+        t0 = time.perf_counter()
+        for _ in range(n):
+            model(x)
+        eager = (time.perf_counter() - t0) / n * 1e6
+    print(f"graphs compiled: {show_graph.count - 1}; per call: eager {eager:.1f} µs, pydynamo {ours:.1f} µs")
 
 
 if __name__ == "__main__":
