@@ -1,0 +1,132 @@
+"""Model step times: eager, torch.compile(inductor) and pydynamo(inductor), in one run.
+
+    python tools/bench_models.py [--models resnet,gpt,bert] [--modes infer,train] [--iters 20]
+
+For each model and mode it prints the step time of each system (CUDA events, median of --iters
+after warm-up), the ratio pydynamo / torch.compile (target: <= 1.02), the number of graphs each
+compiled (target: equal), and the first-call (compile) time. Runs on CUDA when available, else on
+the CPU with the small model sizes (a smoke run, not a measurement).
+"""
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import models  # noqa: E402
+
+import pydynamo  # noqa: E402
+
+
+class Counting:
+    """A backend wrapper that counts the graphs it is given."""
+
+    def __init__(self, backend):
+        self.backend, self.graphs = backend, 0
+
+    def __call__(self, gm, example_inputs):
+        self.graphs += 1
+        return self.backend(gm, example_inputs)
+
+
+def _sync(device):
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def _time_steps(step, iters, device):
+    times = []
+    for _ in range(iters):
+        if device == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            step()
+            end.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end))
+        else:
+            t0 = time.perf_counter()
+            step()
+            times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def _make_step(fn, model, inputs, mode):
+    if mode == "infer":
+        def step():
+            with torch.no_grad():
+                return fn(*inputs)
+        return step
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.SGD(params, lr=1e-4)
+
+    def step():
+        out = fn(*inputs)
+        loss = out.float().pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+    return step
+
+
+def bench(name, mode, device, size, iters):
+    import torch._dynamo  # tools may use torch._dynamo, to compare
+    row = {}
+    for system in ("eager", "torch.compile", "pydynamo"):
+        torch.manual_seed(0)
+        model, inputs = models.make(name, size, device)
+        model.train(mode == "train")
+        if system == "eager":
+            fn, counter = model, None
+        elif system == "torch.compile":
+            torch._dynamo.reset()
+            counter = Counting(__import__("torch._inductor.compile_fx", fromlist=["compile_fx"]).compile_fx)
+            fn = torch.compile(model, backend=counter)
+        else:
+            pydynamo.reset()
+            counter = Counting(pydynamo.lookup_backend("inductor"))
+            fn = pydynamo.compile(model, backend=counter)
+        step = _make_step(fn, model, inputs, mode)
+        t0 = time.perf_counter()
+        step()
+        _sync(device)
+        first = time.perf_counter() - t0
+        for _ in range(3):
+            step()
+        _sync(device)
+        row[system] = (_time_steps(step, iters, device), first, counter.graphs if counter else None)
+        del model, fn, step
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    return row
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", default="resnet,gpt,bert")
+    p.add_argument("--modes", default="infer,train")
+    p.add_argument("--iters", type=int, default=20)
+    a = p.parse_args()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    size = "bench" if device == "cuda" else "small"
+    if device == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    print(f"device: {torch.cuda.get_device_name() if device == 'cuda' else 'cpu (smoke run, small models)'}; "
+          f"torch {torch.__version__}; python {sys.version.split()[0]}")
+    print(f"{'model':<7}{'mode':<6}{'eager ms':>10}{'torch ms':>10}{'ours ms':>10}{'ours/torch':>12}"
+          f"{'graphs t/o':>12}{'1st call t/o s':>17}")
+    for name in a.models.split(","):
+        for mode in a.modes.split(","):
+            r = bench(name, mode, device, size, a.iters)
+            (e, _, _), (t, tf, tg), (o, of, og) = r["eager"], r["torch.compile"], r["pydynamo"]
+            print(f"{name:<7}{mode:<6}{e:>10.3f}{t:>10.3f}{o:>10.3f}{o / t:>12.3f}{f'{tg}/{og}':>12}"
+                  f"{f'{tf:.1f}/{of:.1f}':>17}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

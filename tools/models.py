@@ -1,0 +1,145 @@
+"""Model definitions shared by the model benchmarks and tests: a ResNet-style CNN, a GPT-style
+decoder and a BERT-style encoder, written the plain way users write them."""
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class BasicBlock(nn.Module):
+    def __init__(self, cin, cout, stride=1):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.shortcut = None
+        if stride != 1 or cin != cout:
+            self.shortcut = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        out = F.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        skip = x if self.shortcut is None else self.shortcut(x)
+        return F.relu(out + skip)
+
+
+class ResNet(nn.Module):
+    def __init__(self, widths=(64, 128, 256, 512), blocks=2, classes=1000):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, widths[0], 7, 2, 3, bias=False), nn.BatchNorm2d(widths[0]),
+                                  nn.ReLU(), nn.MaxPool2d(3, 2, 1))
+        layers, cin = [], widths[0]
+        for i, w in enumerate(widths):
+            for b in range(blocks):
+                layers.append(BasicBlock(cin, w, 2 if (b == 0 and i > 0) else 1))
+                cin = w
+        self.layers = nn.Sequential(*layers)
+        self.fc = nn.Linear(cin, classes)
+
+    def forward(self, x):
+        x = self.layers(self.stem(x))
+        x = torch.flatten(F.adaptive_avg_pool2d(x, 1), 1)
+        return self.fc(x)
+
+
+class Attention(nn.Module):
+    def __init__(self, dim, heads, causal, dropout=0.0):
+        super().__init__()
+        self.heads, self.causal = heads, causal
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.dropout = dropout
+
+    def forward(self, x, mask=None):
+        b, t, c = x.shape
+        q, k, v = self.qkv(x).split(c, dim=2)
+        q = q.view(b, t, self.heads, c // self.heads).transpose(1, 2)
+        k = k.view(b, t, self.heads, c // self.heads).transpose(1, 2)
+        v = v.view(b, t, self.heads, c // self.heads).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        if self.causal:
+            att = att.masked_fill(mask[:, :, :t, :t] == 0, float("-inf"))
+        elif mask is not None:
+            att = att + mask
+        att = F.softmax(att, dim=-1)
+        att = F.dropout(att, self.dropout, self.training)
+        y = (att @ v).transpose(1, 2).contiguous().view(b, t, c)
+        return self.proj(y)
+
+
+class TransformerLayer(nn.Module):
+    def __init__(self, dim, heads, causal, pre_norm):
+        super().__init__()
+        self.pre_norm = pre_norm
+        self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.attn = Attention(dim, heads, causal)
+        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
+
+    def forward(self, x, mask=None):
+        if self.pre_norm:  # GPT
+            x = x + self.attn(self.ln1(x), mask)
+            return x + self.mlp(self.ln2(x))
+        x = self.ln1(x + self.attn(x, mask))  # BERT
+        return self.ln2(x + self.mlp(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, vocab=8192, dim=768, heads=12, layers=12, max_len=1024):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, dim)
+        self.pos = nn.Embedding(max_len, dim)
+        self.blocks = nn.ModuleList(TransformerLayer(dim, heads, True, True) for _ in range(layers))
+        self.ln_f = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, vocab, bias=False)
+        self.register_buffer("mask", torch.tril(torch.ones(max_len, max_len)).view(1, 1, max_len, max_len))
+
+    def forward(self, idx):
+        t = idx.size(1)
+        pos = torch.arange(0, t, dtype=torch.long, device=idx.device)
+        x = self.tok(idx) + self.pos(pos)
+        for block in self.blocks:
+            x = block(x, self.mask)
+        return self.head(self.ln_f(x))
+
+
+class BERT(nn.Module):
+    def __init__(self, vocab=8192, dim=768, heads=12, layers=12, max_len=512):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, dim)
+        self.pos = nn.Embedding(max_len, dim)
+        self.ln = nn.LayerNorm(dim)
+        self.layers = nn.ModuleList(TransformerLayer(dim, heads, False, False) for _ in range(layers))
+        self.pool = nn.Linear(dim, dim)
+
+    def forward(self, idx, attention_mask):
+        t = idx.shape[1]
+        x = self.ln(self.tok(idx) + self.pos(torch.arange(t, device=idx.device)))
+        mask = (1.0 - attention_mask[:, None, None, :].to(x.dtype)) * -10000.0
+        for layer in self.layers:
+            x = layer(x, mask)
+        return torch.tanh(self.pool(x[:, 0]))
+
+
+def make(name, size="small", device="cpu"):
+    """(model, example inputs) for `name` in resnet, gpt, bert; size "small" for CPU tests,
+    "bench" for GPU benchmarks."""
+    small = size == "small"
+    g = torch.Generator().manual_seed(0)
+    if name == "resnet":
+        model = ResNet(widths=(8, 16), blocks=1, classes=10) if small else ResNet()
+        inputs = (torch.randn(2 if small else 64, 3, 32 if small else 224, 32 if small else 224, generator=g),)
+    elif name == "gpt":
+        model = GPT(vocab=64, dim=32, heads=4, layers=2, max_len=16) if small else GPT()
+        b, t = (2, 8) if small else (16, 512)
+        inputs = (torch.randint(0, 64 if small else 8192, (b, t), generator=g),)
+    elif name == "bert":
+        model = BERT(vocab=64, dim=32, heads=4, layers=2, max_len=16) if small else BERT()
+        b, t = (2, 8) if small else (32, 256)
+        mask = torch.ones(b, t, dtype=torch.long)
+        mask[:, t - 2:] = 0
+        inputs = (torch.randint(0, 64 if small else 8192, (b, t), generator=g), mask)
+    else:
+        raise ValueError(f"unknown model {name!r}")
+    return model.to(device), tuple(i.to(device) for i in inputs)
