@@ -10,6 +10,7 @@ import functools as _functools
 from . import _C, config, logs
 from .backends import list_backends, lookup_backend, register_backend
 from .eval_frame import OptimizedModule, disable, optimize, run_only
+from .explain import ExplainOutput, explain
 
 _C.set_error_handler(logs.report_callback_error)
 logs.configure(config.logs)
@@ -37,5 +38,5 @@ def reset():
     convert_frame.reset()
 
 
-__all__ = ["optimize", "compile", "disable", "reset", "run_only", "list_backends", "register_backend",
+__all__ = ["optimize", "compile", "disable", "reset", "explain", "ExplainOutput", "run_only", "list_backends", "register_backend",
            "OptimizedModule", "config"]

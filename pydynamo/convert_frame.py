@@ -65,6 +65,8 @@ class ConvertFrame:
                 e._pydynamo_propagate = True
                 raise
             logs.get("graph_breaks").info("running %s eagerly: %s", _where(code), e)
+            for obs in observers:
+                obs.on_break(e)
             return _C.SKIP
         except Exception as e:
             if self.fullgraph:
@@ -77,6 +79,8 @@ class ConvertFrame:
         if logs.enabled("guards"):
             logs.get("guards").info("guards for %s:\n  %s", _where(code), "\n  ".join(guards.texts()))
         compile_times.append((code.co_qualname, time.perf_counter() - t0))
+        for obs in observers:
+            obs.on_entry(code, guards, compile_times[-1][1])
         names = [n for n in new_code.co_names if n.startswith("__compiled_fn_")]
         if names:
             _installed_globals.append((frame.f_globals, names))
@@ -96,6 +100,10 @@ class ConvertFrame:
             "compiled entry accepts. Last guard failure: %s", _where(code), config.cache_size_limit,
             self._failures(frame, code))
 
+
+# Objects told about each compile (explain() uses this): on_entry(code, guards, seconds) and
+# on_break(unsupported_exception).
+observers = []
 
 # (function name, seconds) of every compile since the last reset, for explain() and tools.
 compile_times = []

@@ -260,3 +260,31 @@ def test_list_and_register_backends():
     opt = pydynamo.optimize("my_backend_for_test")(fn)
     x = torch.randn(4)
     assert torch.equal(opt(x, 2.0), fn(x, 2.0)) and mine.graphs == 1
+
+
+def test_explain_reports_graphs_ops_guards_and_leaves_nothing_behind():
+    def f(x):
+        return torch.nn.functional.gelu(torch.relu(x).sum() * 2)
+
+    out = pydynamo.explain(f)(torch.randn(3))
+    assert out.graph_count == 1 and out.graph_break_count == 0 and out.op_count == 4
+    assert out.ops_per_graph == [["torch.relu", "Tensor.sum", "operator.mul", "torch._C._nn.gelu"]]
+    assert "L['x']: Tensor(torch.float32, cpu, size=[3], stride=[1], requires_grad=False)" in out.out_guards
+    text = str(out)
+    assert text.startswith("Graph Count: 1\nGraph Break Count: 0\nOp Count: 4\n")
+    assert "Ops 1:\n    torch.relu\n" in text and "<locals>.f: " in text
+    assert _C.cache_size(f) == 0 and _C.get_eval_frame() is None
+
+
+def test_explain_gives_the_reason_and_line_of_what_was_not_captured():
+    def g(x):
+        y = x + 1
+        print("side effect")
+        return y
+
+    out = pydynamo.explain(g)(torch.randn(3))
+    assert out.graph_count == 0 and out.graph_break_count == 1
+    br = out.break_reasons[0]
+    assert "print" in br.reason
+    assert br.location == f"{__file__}:{g.__code__.co_firstlineno + 2}"
+    assert br.source_line == 'print("side effect")'
