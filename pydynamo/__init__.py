@@ -33,9 +33,10 @@ def compile(model=None, *, backend="inductor", fullgraph=False, dynamic=None, mo
 
 def reset():
     """Forget every compiled entry, skip mark and compiled graph."""
-    from . import convert_frame
+    from . import convert_frame, output_graph
     _C.reset()
     convert_frame.reset()
+    output_graph.reset()  # the compiled graphs put in user globals
 
 
 __all__ = ["optimize", "compile", "disable", "reset", "explain", "ExplainOutput", "run_only", "list_backends", "register_backend",

@@ -71,7 +71,13 @@ def argument_names(code: types.CodeType) -> tuple:
 
 
 def is_generator(code: types.CodeType) -> bool:
+    """Generators, coroutines and async generators: frames that can suspend."""
     return bool(code.co_flags & GENERATOR_FLAGS)
+
+
+def is_plain_generator(code: types.CodeType) -> bool:
+    """A generator function or generator expression (not a coroutine or async generator)."""
+    return (code.co_flags & GENERATOR_FLAGS) == 0x20
 
 
 # ---- decoding instruction arguments ---------------------------------------------------------

@@ -81,9 +81,6 @@ class ConvertFrame:
         compile_times.append((code.co_qualname, time.perf_counter() - t0))
         for obs in observers:
             obs.on_entry(code, guards, compile_times[-1][1])
-        names = [n for n in new_code.co_names if n.startswith("__compiled_fn_")]
-        if names:
-            _installed_globals.append((frame.f_globals, names))
         return _C.CacheEntry(guards, new_code, code)
 
     @staticmethod
@@ -108,16 +105,6 @@ observers = []
 # (function name, seconds) of every compile since the last reset, for explain() and tools.
 compile_times = []
 
-# (globals dict, names of the compiled graphs put in it). Held strongly until reset(): a dict
-# cannot be weakly referenced, and it is almost always a module's, which lives on anyway.
-_installed_globals = []
-
-
 def reset():
-    """Forget the compiled graphs that compiles put into user globals, and the warnings given."""
-    for f_globals, names in _installed_globals:
-        for name in names:
-            f_globals.pop(name, None)
-    _installed_globals.clear()
     _warned_limit.clear()
     compile_times.clear()

@@ -52,6 +52,8 @@ class EqualsPredicate:
         self.value = value
 
     def __call__(self, v):
+        if isinstance(self.value, float) and math.isnan(self.value):
+            return type(v) is float and math.isnan(v)
         return type(v) is type(self.value) and v == self.value
 
     def __repr__(self):

@@ -26,8 +26,6 @@ UNSUPPORTED = {
     "CHECK_EG_MATCH": "exception groups",
     "CLEANUP_THROW": "generators",
     "LOAD_ASSERTION_ERROR": "a failing assert",
-    "YIELD_VALUE": "generators",
-    "RETURN_GENERATOR": "generators",
     "SEND": "generators and coroutines",
     "GET_AWAITABLE": "coroutines",
     "GET_AITER": "async iteration",
@@ -358,6 +356,16 @@ class OpcodeHandlers:
 
     def RETURN_VALUE(self, inst):
         self.return_value(self.pop())
+
+    # ---- generators (inlined lazily; see GeneratorVariable) -----------------------------------
+
+    def RETURN_GENERATOR(self, inst):
+        self.push(ConstantVariable(None))  # what the first resumption finds (then POP_TOP)
+
+    def YIELD_VALUE(self, inst):
+        value = self.pop()
+        self.push(ConstantVariable(None))  # the value sent in when resumed: next() sends None
+        self.yield_value(value)
 
     # ---- with ---------------------------------------------------------------------------------
 

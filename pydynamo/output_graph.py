@@ -22,6 +22,15 @@ from .exc import BackendCompilerFailed, Unsupported
 from .guards import GuardBuilder
 
 _compiled_fn_ids = itertools.count()
+# (globals dict, name) of every compiled graph installed, so that reset() can free them all.
+_installed = []
+
+
+def reset():
+    """Remove every ``__compiled_fn_N`` this process installed in a module's globals."""
+    while _installed:
+        f_globals, name = _installed.pop()
+        f_globals.pop(name, None)
 
 
 class OutputGraph:
@@ -32,9 +41,11 @@ class OutputGraph:
         self.guards = GuardBuilder()
         self.inputs = {}  # source name -> (source, real tensor, TensorVariable)
         self.mutations = []  # pre-existing lists/dicts whose contents changed
+        self.tracked_sources = {}  # source name -> the tracker made when it was first read
         self.new_code = None
         self.compiled_fn_name = None
         self.graph_module = None
+        self.initial_grad_mode = torch.is_grad_enabled()
 
     # ---- building the graph -------------------------------------------------------------------
 
@@ -85,7 +96,7 @@ class OutputGraph:
 
     def compile_and_return(self, tx, value):
         cg = PyCodegen(self.code)
-        if any(n.op not in ("placeholder", "output") for n in self.graph.nodes):
+        if self._has_effect():
             outputs = self._graph_outputs([value, *self.mutations])
             self.graph.output(tuple(v.node for v in outputs))
             name = self._compile()
@@ -114,6 +125,14 @@ class OutputGraph:
             _print_output(self)
         return self.new_code
 
+    def _has_effect(self):
+        """Whether the graph computes anything. Grad-mode switches that end where they began
+        (a `with torch.no_grad():` around no tensor work) leave it empty."""
+        calls = [n for n in self.graph.nodes if n.op not in ("placeholder", "output")]
+        if any(n.target is not torch._C._set_grad_enabled for n in calls):
+            return True
+        return bool(calls) and torch.is_grad_enabled() != self.initial_grad_mode
+
     def _graph_outputs(self, values):
         from .variables.tensor import TensorVariable
         seen, outputs = set(), []
@@ -135,6 +154,7 @@ class OutputGraph:
             raise BackendCompilerFailed(self.backend, e) from e
         name = f"__compiled_fn_{next(_compiled_fn_ids)}"
         self.f_globals[name] = compiled
+        _installed.append((self.f_globals, name))
         self.compiled_fn_name = name
         return name
 

@@ -108,8 +108,14 @@ class TranslatorBase(OpcodeHandlers):
         if isinstance(builtins, types.ModuleType):
             builtins = builtins.__dict__
         tx = InliningTranslator(self, code, f_globals, builtins, globals_source, bound, cells)
+        if bu.is_plain_generator(code):
+            from .variables.functions import GeneratorVariable
+            return GeneratorVariable(tx)  # runs up to each yield when iterated
         tx.run()
         return tx.result
+
+    def yield_value(self, value):
+        raise Unsupported("yield in a frame that is not an inlined generator")
 
 
 class InstructionTranslator(TranslatorBase):
@@ -143,6 +149,7 @@ class InliningTranslator(TranslatorBase):
                          dict(cells), parent.depth + 1)
         self.parent = parent
         self.result = None
+        self.finished = False
 
     def root_globals(self):
         return self.parent.root_globals()
@@ -150,6 +157,11 @@ class InliningTranslator(TranslatorBase):
     def return_value(self, value):
         self.result = value
         self.done = True
+        self.finished = True
+
+    def yield_value(self, value):
+        self.result = value
+        self.done = True  # paused: GeneratorVariable resumes it with run()
 
 
 def convert(code, f_globals, f_builtins, f_locals, closure, backend, *, fullgraph=False):

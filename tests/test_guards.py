@@ -217,3 +217,14 @@ def test_build_guard_set_with_c_extension():
     assert len(gs) == len(c.checks)
     assert gs.check([x3, 2], globals())
     assert not gs.check([x3, 3], globals())
+
+
+def test_global_state_reader_is_folded_and_guarded():
+    def fn(x):
+        if torch.are_deterministic_algorithms_enabled():
+            return x + 1
+        return x - 1
+    c = compile_fn(fn)
+    assert same(c(x3), fn(x3))
+    assert "torch.are_deterministic_algorithms_enabled() == False" in c.guard_texts()
+    assert c.backend.op_count == 1

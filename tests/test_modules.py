@@ -251,3 +251,50 @@ def test_no_grad_inference_of_module():
     out = c(x)
     assert not out.requires_grad and same(out, fn(x))
     assert c.backend.op_count == 5  # two grad-mode switches around linear, relu, linear
+
+
+def test_batchnorm1d_train_then_eval_recompiles():
+    bn = nn.BatchNorm1d(4)
+    ref = copy.deepcopy(bn)
+    c = compile_fn(bn.forward)
+    x = torch.randn(8, 4)
+    assert same(c(x), ref(x))
+    bn.eval()
+    ref.eval()
+    assert same(c(x), ref(x))
+    assert c.compiles == 2
+    assert same(bn.running_mean, ref.running_mean) and same(bn.num_batches_tracked, ref.num_batches_tracked)
+
+
+def test_flatten_identity_conv_without_bias():
+    m = nn.Sequential(nn.Conv2d(2, 3, 3, bias=False), nn.Identity(), nn.Flatten(), nn.Linear(3 * 4 * 4, 2))
+    run_module(m, torch.randn(2, 2, 6, 6))
+
+
+def test_module_forward_with_keyword_arguments():
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(3, 3)
+
+        def forward(self, x, *, residual=True, scale=1.0):
+            y = self.lin(input=x) * scale
+            return y + x if residual else y
+    m = M()
+    c = compile_fn(m.forward)
+    x = torch.randn(2, 3)
+    assert same(c(x, residual=False, scale=2.0), m(x, residual=False, scale=2.0))
+    assert same(c(x), m(x))
+    assert c.compiles == 2
+
+
+def test_multihead_attention_module():
+    torch.manual_seed(0)
+    mha = nn.MultiheadAttention(8, 2, batch_first=True).eval()
+
+    def fn(q):
+        out, weights = mha(q, q, q, need_weights=True)
+        return out, weights
+    c = compile_fn(fn)
+    q = torch.randn(2, 5, 8)
+    assert same(c(q), fn(q))

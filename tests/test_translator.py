@@ -592,3 +592,185 @@ def test_autograd_through_compiled_graph():
     w.grad = None
     fn(x3).backward()
     assert torch.equal(g, w.grad)
+
+
+# ---- more programs -------------------------------------------------------------------------
+
+def test_cell_argument_returned_and_used():
+    def fn(x):
+        g = lambda: x * 2  # noqa: E731  (x becomes a cell variable)
+        return x, g()
+    c = run(fn, x3, ops=1)
+    assert c(x3)[0] is x3
+
+
+def test_no_grad_around_no_tensor_work_is_empty():
+    def fn(x):
+        with torch.no_grad():
+            n = x.shape[0]
+        return n
+    run(fn, x3, frames=0)
+
+
+def test_set_grad_enabled_call_without_with():
+    def fn(x):
+        torch.set_grad_enabled(False)
+        return x * 2
+    c = compile_fn(fn)
+    try:
+        y = c(x3.clone().requires_grad_())
+        assert not torch.is_grad_enabled() and not y.requires_grad
+    finally:
+        torch.set_grad_enabled(True)
+
+
+def test_dtype_membership_and_methods_on_constants():
+    def fn(x, name):
+        if x.dtype in (torch.float16, torch.float32) and name.upper().startswith("A"):
+            return x.to(torch.float64)
+        return x
+    run(fn, x3, "abc", ops=1)
+
+
+def test_nan_float_constant_guard_holds():
+    c = run(lambda x, f: x * f, x3, float("nan"))
+    assert c.compiles == 1
+
+
+def test_reversed_range_step_and_zip3():
+    def fn(xs):
+        out = 0
+        for i in range(len(xs) - 1, -1, -2):
+            out = out + xs[i]
+        for a, b, k in zip(xs, reversed(xs), [1, 2, 3]):
+            out = out + a * b * k
+        return out
+    run(fn, [x3, x3 + 1, x3 + 2])
+
+
+def test_enumerate_with_start_and_list_of_tuples():
+    def fn(x):
+        pairs = list(enumerate([x, x * 2], start=1))
+        return [i * t for i, t in pairs]
+    run(fn, x3)
+
+
+def test_size_comparisons_and_tuple_compare():
+    def fn(x):
+        if x.shape == (3, 4) and x.size() != torch.Size([1]) and (1, 2) < (1, 3):
+            return x.sum()
+        return x
+    run(fn, m34, ops=1)
+
+
+def test_kwargs_only_and_default_arguments_of_compiled_fn():
+    def fn(x, *, scale=2, shift=None):
+        y = x * scale
+        return y if shift is None else y + shift
+    run(fn, x3, ops=1)
+    run(fn, x3, scale=3, shift=1, ops=2)
+
+
+def test_type_and_is_on_classes():
+    def fn(x):
+        if type(x) is torch.Tensor and type(3) == int:
+            return x + 1
+        return x
+    run(fn, x3, ops=1)
+
+
+def test_while_over_list_pop():
+    def fn(x):
+        todo = [1, 2, 3]
+        while todo:
+            x = x * todo.pop()
+        return x
+    run(fn, x3, ops=3)
+
+
+def test_global_tensor_is_a_graph_input():
+    c = run(lambda x: x + GLOBAL_W, x3, ops=1)
+    names = [n.target for n in c.backend.graphs[0].graph.nodes if n.op == "placeholder"]
+    assert names == ["L_x_", "G_GLOBAL_W_"]
+
+
+GLOBAL_W = torch.randn(3)
+
+
+def test_tensor_iteration_in_for_loop():
+    def fn(x):
+        total = 0
+        for row in x:
+            total = total + row.max()
+        return total
+    run(fn, m34)
+
+
+def test_dict_input_values_and_items_returned():
+    def fn(d):
+        return {k: v * 2 for k, v in d.items()}, len(d)
+    run(fn, {"p": x3, "q": x3 + 1})
+
+
+def test_torch_device_constant():
+    def fn(x):
+        return x.to(torch.device("cpu")) + 1, x.device == torch.device("cpu")
+    run(fn, x3)
+
+
+GLOBAL_LIST = []
+
+
+def test_global_list_mutation_seen_by_later_reads_and_replayed():
+    def fn(x):
+        GLOBAL_LIST.append(x + 1)
+        return len(GLOBAL_LIST), GLOBAL_LIST[-1]
+    c = compile_fn(fn)
+    GLOBAL_LIST.clear()
+    n, last = c(x3)
+    assert n == 1 and len(GLOBAL_LIST) == 1 and last is GLOBAL_LIST[0]
+    assert torch.equal(last, x3 + 1)
+    n, _ = c(x3)  # the list's length changed: recompiled, and right again
+    assert n == 2 and len(GLOBAL_LIST) == 2 and c.compiles == 2
+    GLOBAL_LIST.clear()
+
+
+def test_same_input_read_twice_is_one_graph_input():
+    def fn(xs):
+        return xs[0] + xs[0]
+    c = run(fn, [x3], ops=1)
+    assert sum(n.op == "placeholder" for n in c.backend.graphs[0].graph.nodes) == 1
+
+
+# ---- generators ----------------------------------------------------------------------------
+
+def test_generator_expression_in_sum_and_tuple():
+    def fn(xs):
+        return sum(x * 2 for x in xs), tuple(x.shape[0] for x in xs)
+    run(fn, [x3, x3 + 1])
+
+
+def test_generator_is_lazy():
+    def fn(x):
+        g = (t.sin() for t in (x, x * 2))
+        return next(g)  # the second sin() is never recorded
+    run(fn, x3, ops=2)
+
+
+def test_any_short_circuits_generator():
+    def fn(x, flags):
+        def check():
+            yield flags[0]
+            yield x.tolist()  # never reached: any() stops at the first True
+        return x + 1 if any(check()) else x
+    run(fn, x3, [True], ops=1)
+
+
+def test_user_generator_function():
+    def pairs(xs):
+        for i in range(0, len(xs), 2):
+            yield xs[i], xs[i + 1]
+
+    def fn(xs):
+        return [a * b for a, b in pairs(xs)]
+    run(fn, [x3, x3 + 1, x3 + 2, x3 + 3], ops=2)

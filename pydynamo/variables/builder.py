@@ -112,7 +112,8 @@ def _is_plain_tuple(v):
         (isinstance(v, tuple) and hasattr(type(v), "_fields"))
 
 
-_GRAD_MODE_CLASSES = (torch.no_grad, torch.enable_grad, torch.set_grad_enabled)
+# torch classes whose calls TorchVariable knows (the rest are refused like any class).
+_TORCH_CLASSES = (torch.no_grad, torch.enable_grad, torch.set_grad_enabled, torch.Size, torch.device)
 
 _TABLE = [
     (lambda v: isinstance(v, torch.Tensor), _tensor),
@@ -124,7 +125,7 @@ _TABLE = [
     (lambda v: type(v) is range, _equal_constant(RangeVariable)),
     (lambda v: type(v) is slice, _equal_constant(
         lambda s: SliceVariable(*(ConstantVariable(p) for p in (s.start, s.stop, s.step))))),
-    (lambda v: any(v is c for c in _GRAD_MODE_CLASSES), _identity(TorchVariable)),
+    (lambda v: any(v is c for c in _TORCH_CLASSES), _identity(TorchVariable)),
     (is_torch_callable, _identity(TorchVariable)),
     (is_supported_builtin, _identity(BuiltinVariable)),
     (lambda v: isinstance(v, types.FunctionType), _identity(UserFunctionVariable)),
@@ -136,10 +137,20 @@ _TABLE = [
 
 
 def wrap_value(tx, value, source):
-    """The tracker of ``value`` read from ``source``, with the guards that pin what was read."""
+    """The tracker of ``value`` read from ``source``, with the guards that pin what was read.
+
+    A source read twice gives the same tracker: a list mutated after the first read must be
+    seen mutated by the second (the real object is only changed when the new code runs).
+    """
+    known = tx.output.tracked_sources
+    if source is not None and source.name() in known:
+        return known[source.name()]
     for accepts, make in _TABLE:
         if accepts(value):
-            return make(tx, value, source)
+            var = make(tx, value, source)
+            if source is not None:
+                known[source.name()] = var
+            return var
     raise AssertionError("the last row accepts everything")
 
 

@@ -171,6 +171,7 @@ def _bool(tx, a=None):
 
 def is_same_object(tx, a, b):
     """``a is b`` at trace time, or Unsupported when identity is not known."""
+    from .functions import UserMethodVariable
     from .nn_module import NNModuleVariable
     if a is b:
         return True
@@ -179,7 +180,8 @@ def is_same_object(tx, a, b):
     for x, y in ((a, b), (b, a)):
         if isinstance(x, ConstantVariable) and x.value is None:
             return False  # None is always a ConstantVariable, so y is something else
-    if a.source is not None and b.source is not None and a.source == b.source:
+    if a.source is not None and b.source is not None and a.source == b.source \
+            and not isinstance(a, UserMethodVariable):  # bound methods are made per read
         return True
     if isinstance(a, NNModuleVariable) and isinstance(b, NNModuleVariable):
         return a.module is b.module  # both guarded by ID_MATCH
@@ -271,16 +273,30 @@ def _zip(tx, *seqs, strict=None):
     return ListIteratorVariable([TupleVariable(list(row)) for row in zip(*columns)])
 
 
+def _is_iterator(obj):
+    from .functions import GeneratorVariable
+    return isinstance(obj, (ListIteratorVariable, GeneratorVariable))
+
+
+def iterate(tx, obj):
+    """Yield the items of ``obj`` one by one (lazily for generators)."""
+    if not _is_iterator(obj):
+        yield from obj.unpack_var_sequence(tx)
+        return
+    while (item := obj.next_item(tx)) is not None:
+        yield item
+
+
 @handles(iter)
 def _iter(tx, obj):
-    if isinstance(obj, ListIteratorVariable):
+    if _is_iterator(obj):
         return obj
     return ListIteratorVariable(obj.unpack_var_sequence(tx))
 
 
 @handles(next)
 def _next(tx, it, default=None):
-    if not isinstance(it, ListIteratorVariable):
+    if not _is_iterator(it):
         raise Unsupported(f"next() of {it}")
     item = it.next_item(tx)
     if item is None:
@@ -334,8 +350,9 @@ def _sum(tx, seq, start=None):
     return acc
 
 
-_HANDLERS[any] = lambda tx, seq: ConstantVariable(any(i.truth(tx) for i in seq.unpack_var_sequence(tx)))
-_HANDLERS[all] = lambda tx, seq: ConstantVariable(all(i.truth(tx) for i in seq.unpack_var_sequence(tx)))
+# short-circuit like CPython: items after the deciding one are never produced
+_HANDLERS[any] = lambda tx, seq: ConstantVariable(any(i.truth(tx) for i in iterate(tx, seq)))
+_HANDLERS[all] = lambda tx, seq: ConstantVariable(all(i.truth(tx) for i in iterate(tx, seq)))
 
 
 def _make_conversion(fn):

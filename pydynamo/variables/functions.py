@@ -118,8 +118,8 @@ class UserFunctionVariable(VariableTracker):
     def call_function(self, tx, args, kwargs):
         fn = self.fn
         code = fn.__code__
-        if bu.is_generator(code):
-            raise Unsupported(f"call of generator or async function {fn.__qualname__}")
+        if bu.is_generator(code) and not bu.is_plain_generator(code):
+            raise Unsupported(f"call of coroutine or async generator {fn.__qualname__}")
         bound = bind_args(code, args, kwargs, lambda i: self._default(tx, i),
                           lambda n: self._kwdefault(tx, n))
         cells = {}
@@ -175,9 +175,8 @@ class NestedUserFunctionVariable(VariableTracker):
         return True
 
     def call_function(self, tx, args, kwargs):
-        if bu.is_generator(self.code):
-            raise Unsupported(f"generator expression or generator {self.code.co_name} "
-                              "(not supported yet)")
+        if bu.is_generator(self.code) and not bu.is_plain_generator(self.code):
+            raise Unsupported(f"coroutine or async generator {self.code.co_name}")
         ndef = len(self.defaults)
         bound = bind_args(self.code, args, kwargs,
                           lambda i: self.defaults[i] if -i <= ndef else None,
@@ -191,3 +190,39 @@ class NestedUserFunctionVariable(VariableTracker):
 
     def _repr_value(self):
         return self.code.co_qualname
+
+
+class GeneratorVariable(VariableTracker):
+    """A generator being inlined lazily: each next() runs its translator up to the next yield,
+    so values are produced in the same order, and only as far, as CPython would."""
+
+    def __init__(self, gen_tx):
+        super().__init__(None)
+        self.gen_tx = gen_tx
+
+    def python_type(self):
+        return types.GeneratorType
+
+    def truth(self, tx):
+        return True
+
+    def next_item(self, tx):
+        """The next yielded tracker, or None when the generator has returned."""
+        g = self.gen_tx
+        if g.finished:
+            return None
+        g.done = False
+        g.run()
+        return None if g.finished else g.result
+
+    def unpack_var_sequence(self, tx):
+        items = []
+        while (item := self.next_item(tx)) is not None:
+            items.append(item)
+        return items
+
+    def reconstruct(self, codegen):
+        raise Unsupported("a generator cannot be returned from compiled code")
+
+    def _repr_value(self):
+        return self.gen_tx.code.co_qualname

@@ -70,6 +70,8 @@ class TensorVariable(VariableTracker):
             size = self.size_variable()
             return size if not args else size.getitem(tx, args[0])
         if name == "__len__":
+            if self.example_value.dim() == 0:
+                raise Unsupported("TypeError: len() of a 0-d tensor")
             return self.size_variable().items[0]
         if name in _CONSTANT_METHODS:
             try:

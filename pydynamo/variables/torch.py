@@ -18,8 +18,21 @@ _FOLD = {torch.jit.is_scripting: False, torch.jit.is_tracing: False,
          torch.overrides.has_torch_function: False,
          torch.overrides.has_torch_function_unary: False,
          torch.overrides.has_torch_function_variadic: False}
-# Answered from current global state, which the GRAD_MODE / DEFAULT_DTYPE guards pin.
-_GLOBAL_STATE = {torch.is_grad_enabled, torch.get_default_dtype}
+# Zero-argument readers of global state: answered at trace time, and guarded to stay the same.
+_GLOBAL_STATE = [f for f in (torch.is_grad_enabled, torch.get_default_dtype,
+                             torch.is_autocast_enabled, torch.is_inference_mode_enabled,
+                             torch.are_deterministic_algorithms_enabled,
+                             getattr(torch, "get_default_device", None)) if f is not None]
+
+
+class GlobalStateIs:
+    """A guard: ``fn()`` still returns ``value``."""
+
+    def __init__(self, fn, value):
+        self.fn, self.value = fn, value
+
+    def __call__(self):
+        return self.fn() == self.value
 _REFUSED_PREFIXES = ("set_", "_set_", "manual_seed", "seed", "use_deterministic", "initial_seed")
 
 
@@ -71,14 +84,20 @@ class TorchVariable(VariableTracker):
             return ConstantVariable(True)
         if fn in _FOLD:
             return ConstantVariable(_FOLD[fn])
-        if fn in _GLOBAL_STATE:
-            return ConstantVariable(fn())
+        if any(fn is f for f in _GLOBAL_STATE) and not args and not kwargs:
+            value = fn()
+            tx.output.guards.PREDICATE(None, GlobalStateIs(fn, value),
+                                       f"torch.{fn.__name__}() == {value!r}")
+            return ConstantVariable(value)
         if fn in (torch.no_grad, torch.enable_grad, torch.set_grad_enabled):
             from .ctx import GradModeVariable
             return GradModeVariable.create(tx, fn, args, kwargs)
         name = getattr(fn, "__name__", "")
         if name.startswith(_REFUSED_PREFIXES):
             raise Unsupported(f"torch.{name} changes global torch state")
+        if fn is torch.device:
+            from .builtin import fold
+            return fold(fn, args, kwargs)
         if fn is torch.Size:
             from .lists import SizeVariable
             items = args[0].unpack_var_sequence(tx) if args else []
