@@ -64,9 +64,7 @@ class ConvertFrame:
             if self.fullgraph:
                 e._pydynamo_propagate = True
                 raise
-            logs.get("graph_breaks").info("running %s eagerly: %s", _where(code), e)
-            for obs in observers:
-                obs.on_break(e)
+            note_graph_break(e, f"running {_where(code)} eagerly")
             return _C.SKIP
         except Exception as e:
             if self.fullgraph:
@@ -102,9 +100,25 @@ class ConvertFrame:
 # on_break(unsupported_exception).
 observers = []
 
+# Break locations already logged: each is logged once (PYDYNAMO_LOGS=graph_breaks).
+_logged_breaks = set()
+
+
+def note_graph_break(exc, what="graph break"):
+    """Every graph break (and every frame that runs eagerly because of an Unsupported) is
+    reported here: logged once per location, and passed to the observers (explain)."""
+    key = (exc.location, exc.reason)
+    if key not in _logged_breaks:
+        _logged_breaks.add(key)
+        logs.get("graph_breaks").info("%s: %s", what, exc)
+    for obs in observers:
+        obs.on_break(exc)
+
+
 # (function name, seconds) of every compile since the last reset, for explain() and tools.
 compile_times = []
 
 def reset():
     _warned_limit.clear()
+    _logged_breaks.clear()
     compile_times.clear()
