@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from .source import Source
+from .source import AttrSource, Source
 
 _EQUALS_TYPES = (type(None), bool, int, float, str)
 
@@ -60,9 +60,11 @@ class EqualsPredicate:
         return f"== {self.value!r}"
 
 
+_MODULE_HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+
+
 def nn_module_has_no_hooks(mod):
-    return not (mod._forward_hooks or mod._forward_pre_hooks or mod._backward_hooks
-                or mod._backward_pre_hooks)
+    return not any(getattr(mod, table) for table in _MODULE_HOOK_DICTS)
 
 
 def no_global_module_hooks():
@@ -157,7 +159,11 @@ class GuardBuilder:
         self.PREDICATE(None, _DefaultDtypeIs(dtype), f"torch.get_default_dtype() == {dtype}")
 
     def NN_MODULE_NO_HOOKS(self, source, value=None):
-        self.PREDICATE(source, nn_module_has_no_hooks, f"{source.name()} has no hooks")
+        # LEN checks on the hook dicts (instance attributes: read in C) rather than a Python
+        # predicate per module per call
+        for table in _MODULE_HOOK_DICTS:
+            hooks = AttrSource(source, table)
+            self._add(hooks.steps(), "LEN", 0, f"len({hooks.name()}) == 0")
         self.PREDICATE(None, no_global_module_hooks, "no global nn.Module hooks")
 
 

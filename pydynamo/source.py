@@ -129,6 +129,32 @@ class GetItemSource(Source):
         codegen.append(bu.create_binary_subscr())
 
 
+class ModuleMemberSource(Source):
+    """A submodule, parameter or buffer of an nn.Module: reads like ``base.member`` (or
+    ``base[i]`` for containers), but guards read ``base.<table>[key]`` directly, because
+    nn.Module.__getattr__ and the containers' __getitem__ are Python code, far slower per call
+    than the C dict lookups of the guard's steps."""
+
+    def __init__(self, base, table, key, shown=None):
+        assert isinstance(base, Source) and table in ("_modules", "_parameters", "_buffers")
+        self.base, self.table, self.key, self.shown = base, table, key, shown
+
+    def name(self):
+        if self.shown is not None:  # container indexing: ModuleList[0], Sequential[1]
+            return f"{self.base.name()}[{self.shown!r}]"
+        return f"{self.base.name()}.{self.key}"
+
+    def steps(self):
+        return self.base.steps() + (("a", self.table), ("i", self.key))
+
+    def reconstruct(self, codegen):
+        # the same direct dict reads as the guard: generated code loads graph inputs every call
+        self.base.reconstruct(codegen)
+        codegen.append(bu.create_load_attr(self.table))
+        codegen.load_const(self.key)
+        codegen.append(bu.create_binary_subscr())
+
+
 def cell_contents_source(fn_source, index):
     """Source of closure cell ``index`` of a function reached by ``fn_source``."""
     return AttrSource(GetItemSource(AttrSource(fn_source, "__closure__"), index), "cell_contents")

@@ -9,7 +9,7 @@ import torch
 
 from ..exc import Unsupported
 from ..guards import nn_module_has_no_hooks, no_global_module_hooks
-from ..source import AttrSource, GetItemSource
+from ..source import AttrSource, ModuleMemberSource
 from .base import VariableTracker
 from .constant import ConstantVariable
 from .lists import ListIteratorVariable, TupleVariable
@@ -52,7 +52,8 @@ class NNModuleVariable(VariableTracker):
             return wrap_value(tx, d[name], src)
         for table in ("_parameters", "_buffers", "_modules"):
             if name in d.get(table, {}):
-                return wrap_value(tx, d[table][name], src)
+                member = ModuleMemberSource(self.source, table, name) if self.source is not None else None
+                return wrap_value(tx, d[table][name], member)
         found = lookup_class_attr(tx, self, type(mod), name, src)
         if found is _MISSING:
             raise Unsupported(f"{type(mod).__name__} has no attribute {name!r}")
@@ -79,7 +80,11 @@ class NNModuleVariable(VariableTracker):
 
     def _child(self, tx, key, module):
         from .builder import wrap_value
-        src = GetItemSource(self.source, key) if self.source is not None else None
+        src = None
+        if self.source is not None:
+            # positions map to _modules keys: _children guarded those keys (DICT_KEYS)
+            table_key = list(self.module._modules)[key] if isinstance(key, int) else key
+            src = ModuleMemberSource(self.source, "_modules", table_key, shown=key)
         return wrap_value(tx, module, src)
 
     def unpack_var_sequence(self, tx):
