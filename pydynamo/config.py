@@ -21,3 +21,7 @@ verbose = os.environ.get("PYDYNAMO_VERBOSE", "") not in ("", "0")
 
 # Comma-separated log artifacts to turn on (see logs.py): graph_breaks,recompiles,guards,graph,...
 logs = os.environ.get("PYDYNAMO_LOGS", "")
+
+# A backend that raises: False -> BackendCompilerFailed reaches the caller; True -> the frame runs
+# eagerly with a warning.
+suppress_errors = os.environ.get("PYDYNAMO_SUPPRESS_ERRORS", "") not in ("", "0")

@@ -12,7 +12,7 @@ import weakref
 import torch
 
 from . import _C, config, logs
-from .exc import Unsupported
+from .exc import BackendCompilerFailed, Unsupported
 
 _PYDYNAMO_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
@@ -22,10 +22,23 @@ _SKIP_PREFIXES = (_PYDYNAMO_DIR, _TORCH_DIR) + _STDLIB_DIRS
 # Code objects whose cache-size-limit warning was given (weakly held: codes die with their functions).
 _warned_limit = weakref.WeakSet()
 
+# Code the user asked to compile by name although it lives in a skipped place: the forward of a
+# torch.nn module given to optimize()/compile() (nn.Sequential, nn.Linear, ...).
+_requested = weakref.WeakSet()
+
+
+def request_compile(fn):
+    code = getattr(fn, "__code__", None)
+    if code is not None:
+        _requested.add(code)
+
 
 def skip_reason(code):
     """Why this code is never compiled as a top-level frame, or None. Library code of torch,
-    the standard library and pydynamo itself runs as it is; FX-generated graph code too."""
+    the standard library and pydynamo itself runs as it is, unless the user asked for it by
+    name; FX-generated graph code too."""
+    if code in _requested:
+        return None
     filename = code.co_filename
     if filename.startswith("<") and filename not in ("<string>", "<stdin>"):
         return f"generated code ({filename})"
@@ -65,6 +78,12 @@ class ConvertFrame:
                 e._pydynamo_propagate = True
                 raise
             note_graph_break(e, f"running {_where(code)} eagerly")
+            return _C.SKIP
+        except BackendCompilerFailed as e:
+            if not config.suppress_errors:
+                e._pydynamo_propagate = True
+                raise
+            logs.get("errors").warning("%s; %s runs eagerly (pydynamo.config.suppress_errors is set)", e, _where(code))
             return _C.SKIP
         except Exception as e:
             if self.fullgraph:

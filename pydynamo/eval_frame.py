@@ -11,7 +11,7 @@ import torch
 
 from . import _C
 from .backends import lookup_backend
-from .convert_frame import ConvertFrame
+from .convert_frame import ConvertFrame, request_compile
 
 
 class OptimizeContext:
@@ -32,12 +32,19 @@ class OptimizeContext:
 
     def __call__(self, fn):
         if isinstance(fn, torch.nn.Module):
+            request_compile(type(fn).forward)
             return OptimizedModule(fn, self)
         if not callable(fn):
             raise TypeError(f"pydynamo.optimize(...) takes a function, method or nn.Module, not {type(fn).__name__}")
         if inspect.isclass(fn):
             raise TypeError(f"pydynamo.optimize(...) cannot wrap the class {fn.__qualname__}; wrap an instance "
                             "or a function")
+        inner = innermost_fn(fn)
+        request_compile(getattr(inner, "__func__", inner))
+        return self.wrap(fn)
+
+    def wrap(self, fn):
+        """``fn`` run with this context's setting switched on for each call."""
         setting = self.setting
 
         @functools.wraps(fn)
@@ -63,7 +70,7 @@ class OptimizedModule(torch.nn.Module):
         super().__init__()
         self._orig_mod = mod
         self._pydynamo_ctx = ctx
-        self._compiled_call = ctx(mod.__call__)
+        self._compiled_call = ctx.wrap(mod.__call__)
 
     def forward(self, *args, **kwargs):
         return self._compiled_call(*args, **kwargs)

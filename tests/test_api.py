@@ -103,10 +103,19 @@ def test_calls_are_inlined_not_new_frames():
 
 def test_optimizing_twice_works():
     c1, c2 = CompileCounter(), CompileCounter()
-    twice = pydynamo.optimize(c2)(pydynamo.optimize(c1)(fn))
+    twice = pydynamo.optimize(c2, fullgraph=True)(pydynamo.optimize(c1, fullgraph=True)(fn))
     x = torch.randn(4)
     assert torch.equal(twice(x, 2.0), fn(x, 2.0))
     assert c1.frame_count + c2.frame_count == 1
+
+
+def test_torch_nn_modules_given_by_name_are_compiled():
+    seq = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+    cnt = CompileCounter()
+    opt = pydynamo.compile(seq, backend=cnt, fullgraph=True)
+    x = torch.randn(2, 4)
+    assert torch.equal(opt(x), seq(x))
+    assert cnt.frame_count == 1 and cnt.op_count == 2
 
 
 def test_method_and_module():

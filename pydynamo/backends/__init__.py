@@ -1,26 +1,64 @@
-"""Backend registry: a backend is ``backend(gm, example_inputs) -> callable``, exactly
-torch.compile's custom-backend signature, so those plug in unchanged. Names resolve here."""
+"""Backend registry. A backend is ``backend(gm, example_inputs) -> callable``: exactly
+torch.compile's custom-backend signature, so those plug in unchanged. Names resolve here: the
+built-in ones, ``register_backend``, and third-party packages that declare an entry point in the
+``pydynamo_backends`` group (``name = "package.module:function"``), loaded on first lookup."""
+from importlib.metadata import entry_points
+
+ENTRY_POINT_GROUP = "pydynamo_backends"
 _BACKENDS = {}
+_entry_points_loaded = False
 
 
 def register_backend(fn=None, name=None):
-    """Register ``fn`` under ``name`` (default: its __name__); usable as a decorator."""
+    """Register a backend. Forms: ``@register_backend``, ``@register_backend("name")``,
+    ``@register_backend(name="name")``, ``register_backend(fn, "name")``."""
+    if isinstance(fn, str):
+        fn, name = None, fn
     if fn is None:
         return lambda f: register_backend(f, name)
+    if not callable(fn):
+        raise TypeError(f"register_backend: a backend must be callable, not {type(fn).__name__}")
     _BACKENDS[name or fn.__name__] = fn
     return fn
 
 
+def _load_entry_points():
+    global _entry_points_loaded
+    if _entry_points_loaded:
+        return
+    _entry_points_loaded = True
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name not in _BACKENDS:
+            _BACKENDS[ep.name] = _LazyEntryPoint(ep)
+
+
+class _LazyEntryPoint:
+    """A third-party backend, imported the first time it compiles a graph."""
+
+    def __init__(self, ep):
+        self.ep, self.fn = ep, None
+        self.__name__ = ep.name
+
+    def __call__(self, gm, example_inputs, **kwargs):
+        if self.fn is None:
+            self.fn = self.ep.load()
+        return self.fn(gm, example_inputs, **kwargs)
+
+
 def lookup_backend(backend):
+    """A callable backend for a name or a callable; a clear error for an unknown name."""
     if callable(backend):
         return backend
+    if not isinstance(backend, str):
+        raise TypeError(f"a pydynamo backend is a name or a callable, not {type(backend).__name__}")
+    _load_entry_points()
     if backend not in _BACKENDS:
-        raise ValueError(f"unknown pydynamo backend {backend!r}; available: {list_backends()} "
-                         "(aot_eager and inductor arrive with the backends issue)")
+        raise ValueError(f"unknown pydynamo backend {backend!r}; known backends: {', '.join(list_backends())}")
     return _BACKENDS[backend]
 
 
 def list_backends():
+    _load_entry_points()
     return sorted(_BACKENDS)
 
 
@@ -28,6 +66,19 @@ def list_backends():
 def eager(gm, example_inputs):
     """Run the captured graph as plain Python, without nn.Module.__call__ overhead."""
     return gm.forward
+
+
+@register_backend(name="aot_eager")
+def aot_eager(gm, example_inputs):
+    """AOTAutograd with no-op forward and backward compilers: the graphs training runs, traced
+    ahead of time, executed as Python (the reference for what compiling backends must match)."""
+    from torch._functorch.aot_autograd import aot_module_simplified, make_boxed_compiler
+
+    @make_boxed_compiler
+    def nop(graph_module, inputs):
+        return graph_module.forward
+
+    return aot_module_simplified(gm, example_inputs, fw_compiler=nop, bw_compiler=nop)
 
 
 @register_backend(name="inductor")
