@@ -116,9 +116,15 @@ def test_inductor_on_cpu_small_graphs():
     def f(x, y):
         return torch.nn.functional.gelu(x @ y + 1).sum(dim=-1)
 
+    from pydynamo import _C
     opt = pydynamo.optimize("inductor")(f)
     x, y = torch.randn(4, 8), torch.randn(8, 3)
     torch.testing.assert_close(opt(x, y), f(x, y))
+    before = _C.debug_counters()
+    torch.testing.assert_close(opt(x, y), f(x, y))
+    after = _C.debug_counters()
+    # Inductor's own use of torch._dynamo while compiling did not disturb our hook or cache
+    assert after["hits"] == before["hits"] + 1 and after["reinstalls"] == before["reinstalls"] == 0
     mlp = _mlp()
     ref = copy.deepcopy(mlp)
     compiled = pydynamo.compile(mlp, mode="default")
