@@ -417,6 +417,64 @@ static PyObject *pyd_eval_frame(PyThreadState *tstate, _PyInterpreterFrame *fram
     return result;
 }
 
+/* ---------------------------------------------------------------- NoHookCall */
+
+/* NoHookCall(fn): calling it calls fn with this thread's hook off, at the cost of a counter.
+ * Compiled graphs are wrapped in it: a backend's runtime (Inductor's launchers, autotuning,
+ * generated wrappers) is library code and must never be intercepted or traced. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *fn;
+    vectorcallfunc vectorcall;
+} NoHookCallObject;
+
+static PyObject *NoHookCall_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    tls.busy++;
+    PyObject *r = PyObject_Vectorcall(((NoHookCallObject *)self)->fn, args, nargsf, kwnames);
+    tls.busy--;
+    return r;
+}
+
+static PyObject *NoHookCall_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    PyObject *fn;
+    if (!PyArg_ParseTuple(args, "O:NoHookCall", &fn)) return NULL;
+    if (!PyCallable_Check(fn)) {
+        PyErr_SetString(PyExc_TypeError, "NoHookCall needs a callable");
+        return NULL;
+    }
+    NoHookCallObject *self = (NoHookCallObject *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    self->fn = Py_NewRef(fn);
+    self->vectorcall = NoHookCall_vectorcall;
+    return (PyObject *)self;
+}
+
+static void NoHookCall_dealloc(NoHookCallObject *self)
+{
+    Py_XDECREF(self->fn);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMemberDef NoHookCall_members[] = {
+    {"fn", T_OBJECT, offsetof(NoHookCallObject, fn), READONLY, "the wrapped callable"},
+    {NULL},
+};
+
+static PyTypeObject PydNoHookCall_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "pydynamo._C.NoHookCall",
+    .tp_basicsize = sizeof(NoHookCallObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "NoHookCall(fn): call fn with this thread's pydynamo hook off.",
+    .tp_new = NoHookCall_new,
+    .tp_dealloc = (destructor)NoHookCall_dealloc,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(NoHookCallObject, vectorcall),
+    .tp_members = NoHookCall_members,
+};
+
 /* ---------------------------------------------------------------- module functions */
 
 static PyObject *set_eval_frame(PyObject *m, PyObject *setting)
@@ -490,6 +548,8 @@ PyMODINIT_FUNC PyInit__C(void)
     PyObject *m = PyModule_Create(&module_def);
     if (m == NULL) return NULL;
     if (PyType_Ready(&PydFrame_Type) < 0 || PyModule_AddObjectRef(m, "Frame", (PyObject *)&PydFrame_Type) < 0 ||
+        PyType_Ready(&PydNoHookCall_Type) < 0 ||
+        PyModule_AddObjectRef(m, "NoHookCall", (PyObject *)&PydNoHookCall_Type) < 0 ||
         pyd_guards_init(m) < 0 || pyd_cache_init(m) < 0 || add_functions(m, eval_frame_methods) < 0 ||
         add_functions(m, pyd_cache_methods) < 0)
         goto fail;

@@ -4,6 +4,7 @@
 On a cache miss the C hook calls it with the frame; it answers with a ``_C.CacheEntry``, ``None``
 (run the original code this time) or ``_C.SKIP`` (never intercept this code again).
 """
+import functools
 import os
 import sysconfig
 import time
@@ -51,9 +52,18 @@ def _where(code):
     return f"{code.co_filename}:{code.co_firstlineno} ({code.co_qualname})"
 
 
+def run_without_hook(backend):
+    """The backend, with every compiled graph it returns called with the hook off: a backend's
+    runtime is library code (launchers, autotuning, generated wrappers), never to be traced."""
+    @functools.wraps(backend)
+    def compile_graph(gm, example_inputs, **kwargs):
+        return _C.NoHookCall(backend(gm, example_inputs, **kwargs))
+    return compile_graph
+
+
 class ConvertFrame:
     def __init__(self, backend, fullgraph=False, dynamic=None):
-        self.backend, self.fullgraph, self.dynamic = backend, fullgraph, dynamic
+        self.backend, self.fullgraph, self.dynamic = run_without_hook(backend), fullgraph, dynamic
 
     def __call__(self, frame, cache_size):
         code = frame.f_code

@@ -154,3 +154,32 @@ def test_suppress_errors_runs_eagerly_with_a_warning(monkeypatch, caplog):
     with caplog.at_level(logging.WARNING, logger="pydynamo.errors"):
         assert torch.equal(opt(x, 2.0), fn(x, 2.0))
     assert "kernel generator exploded" in caplog.text and "runs eagerly" in caplog.text
+
+
+def test_compiled_graph_runtime_is_never_intercepted():
+    from pydynamo import _C
+
+    def runtime_helper(x):  # stands for a backend's Python runtime (launchers, wrappers)
+        return x + 0
+
+    def backend_fn(gm, example_inputs):
+        return lambda *args: (runtime_helper(gm.forward(*args)[0]),)
+
+    opt = pydynamo.optimize(backend_fn)(fn)
+    x = torch.randn(3)
+    for _ in range(2):
+        assert torch.equal(opt(x, 2.0), fn(x, 2.0))
+    assert _C.cache_size(runtime_helper) == 0 and not _C.is_skipped(runtime_helper)  # never seen by the hook
+
+
+def test_torch_machinery_is_not_put_in_graphs():
+    def f(x):
+        torch.cuda.synchronize() if torch.cuda.is_available() else torch.utils.checkpoint.detach_variable((x,))
+        return x + 1
+
+    cnt = CompileCounter()
+    opt = pydynamo.optimize(cnt)(f)
+    x = torch.randn(2)
+    assert torch.equal(opt(x), x + 1)
+    targets = [getattr(n.target, "__module__", "") or "" for g in cnt.graphs for n in g.graph.nodes]
+    assert not [t for t in targets if t.startswith(("torch.utils", "torch.cuda"))]  # ran outside any graph

@@ -43,6 +43,15 @@ def is_compiling_function(value):
         return False
 
 
+# torch's machinery rather than its math: never a graph node (calling them on fake tensors can
+# run real kernels launchers, I/O or global-state changes). They are refused like any unknown
+# function.
+_NOT_OPS = ("torch._inductor", "torch._dynamo", "torch._functorch", "torch.fx", "torch.utils", "torch.distributed",
+            "torch.cuda", "torch.backends", "torch.jit", "torch.autograd", "torch.profiler", "torch.export",
+            "torch._subclasses", "torch.multiprocessing", "torch.hub", "torch.serialization", "torch.testing",
+            "torch._library", "torch._higher_order_ops", "torch.onnx", "torch.package", "torch.mps", "torch.xpu")
+
+
 def is_torch_callable(value):
     if isinstance(value, type) or not callable(value):
         return False
@@ -52,6 +61,8 @@ def is_torch_callable(value):
     if objclass is not None and isinstance(objclass, type) and issubclass(objclass, torch._C.TensorBase):
         return True
     module = getattr(value, "__module__", None) or ""
+    if any(module == p or module.startswith(p + ".") for p in _NOT_OPS):
+        return False
     return module == "torch" or module.startswith("torch.")
 
 
