@@ -2,9 +2,10 @@
 
     python tools/bench_models.py [--models resnet,gpt,bert] [--modes infer,train] [--iters 20]
 
-For each model and mode it prints the step time of each system (CUDA events, median of --iters
-after warm-up), the ratio pydynamo / torch.compile (target: <= 1.02), the number of graphs each
-compiled (target: equal), and the first-call (compile) time. Runs on CUDA when available, else on
+For each model and mode it prints the step time of each system (CUDA events; the systems are
+timed in turns, best of 5 rounds of medians), the ratio pydynamo / torch.compile (target: <= 1.02), the number of graphs each
+compiled (target: equal), and the first-call (compile) time. Run with TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 for honest
+cold compile times (otherwise the second system may hit Inductor's cache for the same graph). Runs on CUDA when available, else on
 the CPU with the small model sizes (a smoke run, not a measurement).
 """
 import argparse
@@ -73,36 +74,42 @@ def _make_step(fn, model, inputs, mode):
     return step
 
 
-def bench(name, mode, device, size, iters):
+def bench(name, mode, device, size, iters, rounds=5):
+    """All three systems built first, then timed in turns (`rounds` rounds of iters/rounds steps
+    each), so drifts in clocks or load hit all alike. Each system gets its own copy of the model
+    with the same weights."""
     import torch._dynamo  # tools may use torch._dynamo, to compare
-    row = {}
+    torch._dynamo.reset()
+    pydynamo.reset()
+    steps, first, graphs = {}, {}, {}
     for system in ("eager", "torch.compile", "pydynamo"):
         torch.manual_seed(0)
         model, inputs = models.make(name, size, device)
         model.train(mode == "train")
+        counter = None
         if system == "eager":
-            fn, counter = model, None
+            fn = model
         elif system == "torch.compile":
-            torch._dynamo.reset()
-            counter = Counting(__import__("torch._inductor.compile_fx", fromlist=["compile_fx"]).compile_fx)
+            from torch._inductor.compile_fx import compile_fx
+            counter = Counting(compile_fx)
             fn = torch.compile(model, backend=counter)
         else:
-            pydynamo.reset()
             counter = Counting(pydynamo.lookup_backend("inductor"))
             fn = pydynamo.compile(model, backend=counter)
         step = _make_step(fn, model, inputs, mode)
         t0 = time.perf_counter()
         step()
         _sync(device)
-        first = time.perf_counter() - t0
+        first[system] = time.perf_counter() - t0
         for _ in range(3):
             step()
         _sync(device)
-        row[system] = (_time_steps(step, iters, device), first, counter.graphs if counter else None)
-        del model, fn, step
-        if device == "cuda":
-            torch.cuda.empty_cache()
-    return row
+        steps[system], graphs[system] = step, counter
+    times = {s: [] for s in steps}
+    for _ in range(rounds):
+        for system, step in steps.items():
+            times[system].append(_time_steps(step, max(1, iters // rounds), device))
+    return {s: (min(times[s]), first[s], graphs[s].graphs if graphs[s] else None) for s in steps}
 
 
 def main():
