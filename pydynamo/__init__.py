@@ -33,10 +33,11 @@ def compile(model=None, *, backend="inductor", fullgraph=False, dynamic=None, mo
 
 def reset():
     """Forget every compiled entry, skip mark and compiled graph."""
-    from . import convert_frame, output_graph
+    from . import convert_frame, output_graph, resume
     _C.reset()
     convert_frame.reset()
-    output_graph.reset()  # the compiled graphs put in user globals
+    output_graph.reset()  # the compiled graphs and resume functions put in user globals
+    resume.reset()
 
 
 __all__ = ["optimize", "compile", "disable", "reset", "explain", "ExplainOutput", "run_only", "list_backends", "register_backend",

@@ -217,3 +217,153 @@ def assemble(orig_code: types.CodeType, body: list, name_suffix="") -> types.Cod
 def round_trip(code: types.CodeType) -> types.CodeType:
     """Decode and re-encode ``code`` unchanged (used by tests to check the version layer)."""
     return Bytecode.from_code(code).to_code()
+
+
+# ---- graph breaks: running one instruction natively, jumps, liveness -------------------------
+
+# Instructions a graph break may run natively, with the values they push. They read only the
+# top of the stack (what they pop), never deeper slots or the frame's locals.
+_NATIVE_PUSHES = {
+    "CALL": 1, "CALL_FUNCTION_EX": 1, "BINARY_OP": 1, "BINARY_SUBSCR": 1, "BINARY_SLICE": 1,
+    "COMPARE_OP": 1, "IS_OP": 1, "CONTAINS_OP": 1, "UNARY_NEGATIVE": 1, "UNARY_POSITIVE": 1,
+    "UNARY_NOT": 1, "UNARY_INVERT": 1, "GET_ITER": 1, "FORMAT_VALUE": 1, "BUILD_STRING": 1,
+    "CALL_INTRINSIC_1": 1, "IMPORT_NAME": 1, "BUILD_SET": 1, "LOAD_ATTR": 1,
+    "STORE_SUBSCR": 0, "DELETE_SUBSCR": 0, "STORE_SLICE": 0, "STORE_ATTR": 0,
+    "DELETE_ATTR": 0, "STORE_GLOBAL": 0, "DELETE_GLOBAL": 0,
+}
+_TERMINAL_NATIVE = {"RAISE_VARARGS"}
+
+
+@dataclasses.dataclass
+class NativeForm:
+    """How a graph break runs ``inst`` natively: ``instrs`` consume the top ``pops`` stack
+    slots and leave ``pushes`` ("value" or "null" per slot, bottom first); ``pushes`` is None
+    when the instruction never continues (raise)."""
+    instrs: list
+    pops: int
+    pushes: Optional[tuple]
+
+
+def native_form(inst, kw_names=()) -> Optional[NativeForm]:
+    """The native form of ``inst`` (a decoded Inst), or None if a break cannot run it."""
+    name, lineno = inst.opname, inst.lineno
+    if name in _TERMINAL_NATIVE:
+        return NativeForm([Instr(name, inst.arg, lineno=lineno)], inst.arg, None)
+    if name == "LOAD_METHOD" or (name == "LOAD_ATTR" and attr_arg(inst)[0]):
+        # a method load leaves [NULL, bound method]: the same call, without the NULL/self trick
+        return NativeForm([create_load_attr(attr_arg(inst)[1], lineno)], 1, ("null", "value"))
+    if name not in _NATIVE_PUSHES:
+        return None
+    if name == "CALL":
+        instrs = create_call(inst.arg, kw_names, lineno)
+    else:
+        instrs = [Instr(name, inst.arg, lineno=lineno) if inst.arg is not None
+                  else Instr(name, lineno=lineno)]
+    pushes = _NATIVE_PUSHES[name]
+    pops = pushes - sum(i.stack_effect(jump=False) for i in instrs)
+    return NativeForm(instrs, pops, ("value",) * pushes)
+
+
+_POP_JUMPS = {
+    "POP_JUMP_IF_TRUE": True, "POP_JUMP_FORWARD_IF_TRUE": True, "POP_JUMP_BACKWARD_IF_TRUE": True,
+    "POP_JUMP_IF_FALSE": False, "POP_JUMP_FORWARD_IF_FALSE": False,
+    "POP_JUMP_BACKWARD_IF_FALSE": False,
+}
+_OR_POP_JUMPS = {"JUMP_IF_TRUE_OR_POP": True, "JUMP_IF_FALSE_OR_POP": False}
+
+
+def conditional_jump(inst) -> Optional[tuple]:
+    """``(jump_if_true, keeps_value_on_jump)`` of a jump on a value's truth, else None."""
+    if inst.opname in _POP_JUMPS:
+        return _POP_JUMPS[inst.opname], False
+    if inst.opname in _OR_POP_JUMPS:
+        return _OR_POP_JUMPS[inst.opname], True
+    return None
+
+
+def create_pop_jump(if_true, label, lineno=None) -> Instr:
+    """Pop the top of stack and jump forward to ``label`` if its truth is ``if_true``."""
+    kind = "TRUE" if if_true else "FALSE"
+    return Instr(f"POP_JUMP_FORWARD_IF_{kind}" if PY311 else f"POP_JUMP_IF_{kind}", label,
+                 lineno=lineno)
+
+
+def create_jump_forward(label, lineno=None) -> Instr:
+    return Instr("JUMP_FORWARD", label, lineno=lineno)
+
+
+def create_make_closure(code, lineno=None) -> list:
+    """Push a new function running ``code`` with the current frame's closure cells."""
+    out = [Instr("LOAD_CLOSURE", FreeVar(name), lineno=lineno) for name in code.co_freevars]
+    out.append(Instr("BUILD_TUPLE", len(code.co_freevars), lineno=lineno))
+    out.append(Instr("LOAD_CONST", code, lineno=lineno))
+    out.append(Instr("MAKE_FUNCTION", 0x08, lineno=lineno))
+    return out
+
+
+_LOCAL_READS = {"LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_AND_CLEAR"}
+_LOCAL_WRITES = {"STORE_FAST", "DELETE_FAST"}
+_NO_FALLTHROUGH = {"RETURN_VALUE", "RETURN_CONST", "RAISE_VARARGS", "RERAISE", "JUMP_FORWARD",
+                   "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT", "JUMP", "JUMP_NO_INTERRUPT"}
+
+
+def local_read(inst) -> Optional[str]:
+    return inst.arg if inst.opname in _LOCAL_READS else None
+
+
+def local_write(inst) -> Optional[str]:
+    return inst.arg if inst.opname in _LOCAL_WRITES else None
+
+
+def successors(inst, n) -> list:
+    """Indices control may reach after ``inst`` (not counting exception handlers)."""
+    out = [] if inst.opname in _NO_FALLTHROUGH else [inst.index + 1]
+    if inst.target is not None:
+        out.append(inst.target)
+    return [i for i in out if i < n]
+
+
+def exception_handlers(code: types.CodeType) -> list:
+    """Indices (as in ``decode``) of the instructions exception handlers start at."""
+    index, label_at, targets = 0, {}, []
+    for item in Bytecode.from_code(code):
+        if isinstance(item, Label):
+            label_at[id(item)] = index
+        elif isinstance(item, Instr):
+            index += 1
+        elif isinstance(item, bytecode.TryBegin):
+            targets.append(item.target)
+    return sorted({label_at[id(t)] for t in targets if id(t) in label_at})
+
+
+def new_code(orig_code: types.CodeType, argnames, body, name, qualname) -> types.CodeType:
+    """A code object with orig_code's cells, free variables, file and first line, taking the
+    plain positional arguments ``argnames`` and running ``body`` (which includes its prologue)."""
+    orig = Bytecode.from_code(orig_code)
+    new = Bytecode()
+    for field in ("cellvars", "freevars", "filename", "first_lineno"):
+        setattr(new, field, getattr(orig, field))
+    new.argcount, new.posonlyargcount, new.kwonlyargcount = len(argnames), 0, 0
+    new.argnames = list(argnames)
+    new.name, new.qualname = name, qualname
+    new.flags = orig_code.co_flags & ~(GENERATOR_FLAGS | VARARGS_FLAG | VARKEYWORDS_FLAG)
+    new.extend(body)
+    return new.to_code()
+
+
+def code_items(code: types.CodeType) -> list:
+    """The ``bytecode`` items (instructions, labels, try blocks) of ``code``, for rewriting."""
+    return list(Bytecode.from_code(code))
+
+
+def is_instr(item) -> bool:
+    return isinstance(item, Instr)
+
+
+def new_label() -> Label:
+    return Label()
+
+
+def is_function_prologue(item) -> bool:
+    """Instructions that only set a function up (copy the closure, make cells, RESUME 0)."""
+    return item.name in ("COPY_FREE_VARS", "MAKE_CELL") or (item.name == "RESUME" and item.arg == 0)

@@ -93,3 +93,12 @@ class PyCodegen:
 
     def append_return(self):
         self.append(bu.create_instruction("RETURN_VALUE"))
+
+    def set_grad_enabled(self, mode):
+        """torch._C._set_grad_enabled(mode), as a statement."""
+        import torch
+        self.append_push_null()
+        self.load_const(torch._C._set_grad_enabled)
+        self.load_const(bool(mode))
+        self.append_call(1)
+        self.append_pop_top()

@@ -1,9 +1,23 @@
-"""Errors raised while tracing.
+"""Errors raised while tracing, and the user-facing errors.
 
-``Unsupported`` means "this cannot be captured here". In this issue it makes the caller run the
-whole frame eagerly; later it becomes a graph break. It always says why, and where in the user's
-code: the translator fills in the user's file:line as the exception leaves each frame.
+``Unsupported`` means "this cannot be captured here". Without ``fullgraph=True`` it becomes a
+graph break at the top frame's current instruction (or, where no break is possible, the whole
+frame runs eagerly); with ``fullgraph=True`` it reaches the user. It always says why, where in
+the user's code (the translator fills in file:line as the exception leaves each traced frame)
+and, where we know one, what to do about it.
+
+The subclasses name the cause, so tests and users can catch one kind:
+
+    PydynamoError
+      Unsupported                 anything not captured (the catch-all)
+        DataDependentError        needs a tensor's values: a branch on a tensor, .item(), .tolist()
+        SideEffectError           I/O or mutation we do not replay: print(), a nonlocal store
+        DisabledFunctionError     a call to a function decorated with pydynamo.disable
+        UnmodelledCallError       a C / library function (or class) the tracer does not model
+        UnsupportedOpcodeError    an opcode the translator does not implement (try/raise/import...)
+      BackendCompilerFailed       the backend raised
 """
+import linecache
 
 
 class PydynamoError(Exception):
@@ -11,9 +25,13 @@ class PydynamoError(Exception):
 
 
 class Unsupported(PydynamoError):
-    def __init__(self, reason):
+    hint = None  # the default hint of this cause
+
+    def __init__(self, reason, hint=None):
         super().__init__(reason)
         self.reason = reason
+        if hint is not None:
+            self.hint = hint
         self.user_stack = []  # (filename, lineno, function name), innermost first
 
     def add_frame(self, filename, lineno, name):
@@ -29,9 +47,36 @@ class Unsupported(PydynamoError):
 
     def __str__(self):
         lines = [self.reason]
-        for filename, lineno, name in self.user_stack:
-            lines.append(f"  at {filename}:{lineno} in {name}")
+        for i, (filename, lineno, name) in enumerate(self.user_stack):
+            lines.append(f"  {'at' if i == 0 else 'called from'} {filename}:{lineno} in {name}")
+            source = linecache.getline(filename, lineno or 0).strip()
+            if source:
+                lines.append(f"      {source}")
+        if self.hint:
+            lines.append(f"hint: {self.hint}")
         return "\n".join(lines)
+
+
+class DataDependentError(Unsupported):
+    hint = ("keep the value a tensor (torch.where(cond, a, b) instead of `if`), or move "
+            ".item()/.tolist() out of the compiled region")
+
+
+class SideEffectError(Unsupported):
+    hint = "move print() and other I/O out of the compiled region"
+
+
+class DisabledFunctionError(Unsupported):
+    hint = "the function is decorated with pydynamo.disable; remove the decorator to capture it"
+
+
+class UnmodelledCallError(Unsupported):
+    hint = ("use a torch operation instead, or decorate the caller's helper with "
+            "pydynamo.disable to make the break explicit")
+
+
+class UnsupportedOpcodeError(Unsupported):
+    hint = "move this statement out of the compiled region"
 
 
 class BackendCompilerFailed(PydynamoError):

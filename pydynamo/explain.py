@@ -12,8 +12,11 @@ from .eval_frame import optimize
 
 @dataclass
 class BreakReason:
+    """One graph break (or one frame that ran eagerly): why, and where in the user's code."""
     reason: str
     user_stack: list  # (filename, lineno, function name), innermost first
+    hint: str = None
+    kind: str = "Unsupported"  # the exc.py class of the cause
 
     @property
     def location(self):
@@ -26,8 +29,12 @@ class BreakReason:
         return linecache.getline(self.user_stack[0][0], self.user_stack[0][1]).strip()
 
     def __str__(self):
-        lines = [f"{self.reason}", f"    at {self.location}: {self.source_line}"]
-        lines += [f"    called from {f}:{n} in {name}" for f, n, name in self.user_stack[1:]]
+        lines = [f"Reason: {self.reason}", "User Stack:"]
+        for f, n, name in self.user_stack:
+            src = linecache.getline(f, n or 0).strip()
+            lines.append(f"  {f}:{n} in {name}" + (f": {src}" if src else ""))
+        if self.hint:
+            lines.append(f"Hint: {self.hint}")
         return "\n".join(lines)
 
 
@@ -61,7 +68,7 @@ class ExplainOutput:
             out.append(f"  Ops {i}:")
             out += [f"    {op}" for op in ops]
         out.append("Out Guards:")
-        out += [f"  {g}" for g in self.out_guards]
+        out += [f"  Guard {i}: {g}" for i, g in enumerate(self.out_guards, 1)]
         out.append("Compile Times: " + ", ".join(f"{name}: {secs:.4f}s" for name, secs in self.compile_times))
         return "\n".join(out)
 
@@ -93,7 +100,8 @@ class _Recorder:
         self.out.compile_times.append((code.co_qualname, seconds))
 
     def on_break(self, exc):
-        self.out.break_reasons.append(BreakReason(exc.reason, list(exc.user_stack)))
+        self.out.break_reasons.append(BreakReason(exc.reason, list(exc.user_stack), exc.hint,
+                                                  type(exc).__name__))
 
 
 def explain(fn):

@@ -37,6 +37,10 @@ def report_callback_error(exc):
     """The C hook calls this when compiling a frame raised. True: the frame raises `exc` (an error
     the user asked for with fullgraph=True); False: it is logged and the frame runs eagerly."""
     if getattr(exc, "_pydynamo_propagate", False):
+        from .exc import Unsupported
+        if isinstance(exc, Unsupported):  # the message says where; our frames are noise
+            exc.__traceback__ = None
+            exc.__suppress_context__ = True
         return True
     get("errors").warning("pydynamo could not compile a frame; it ran eagerly",
                           exc_info=(type(exc), exc, exc.__traceback__))

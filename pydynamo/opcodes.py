@@ -4,10 +4,12 @@ Handlers only move trackers around and delegate the meaning of values to the tra
 (``call_function``, ``call_method``, ``var_getattr``, ``truth``...). Opcodes we know we do not
 support are listed in ``UNSUPPORTED`` with the reason given to the user.
 """
+import inspect
 import operator
 
 from . import bytecode_utils as bu
-from .exc import Unsupported
+from .exc import SideEffectError, Unsupported
+from .source import GlobalSource
 from .variables.base import NULL, CellVariable, NullVariable
 from .variables.builder import wrap_constant
 from .variables.builtin import call_builtin
@@ -18,7 +20,7 @@ from .variables.functions import NestedUserFunctionVariable
 from .variables.lists import ListVariable, SliceVariable, TupleVariable
 
 UNSUPPORTED = {
-    "RAISE_VARARGS": "raising an exception (graph breaks arrive in a later issue)",
+    "RAISE_VARARGS": "raising an exception",
     "RERAISE": "exception handling",
     "PUSH_EXC_INFO": "exception handling",
     "POP_EXCEPT": "exception handling",
@@ -36,9 +38,7 @@ UNSUPPORTED = {
     "IMPORT_NAME": "import statements inside compiled code",
     "IMPORT_FROM": "import statements inside compiled code",
     "IMPORT_STAR": "import statements inside compiled code",
-    "STORE_GLOBAL": "assignment to a global (a side effect)",
     "DELETE_GLOBAL": "deleting a global (a side effect)",
-    "STORE_ATTR": "attribute assignment (side effects are not replayed yet)",
     "DELETE_ATTR": "attribute deletion (a side effect)",
     "DELETE_DEREF": "deleting a closure variable",
     "LOAD_BUILD_CLASS": "class definitions inside compiled code",
@@ -77,6 +77,25 @@ _BINARY = {"ADD": operator.add, "AND": operator.and_, "FLOOR_DIVIDE": operator.f
            "INPLACE_XOR": operator.ixor}
 _COMPARE = {"LT": operator.lt, "LE": operator.le, "EQ": operator.eq, "NE": operator.ne,
             "GT": operator.gt, "GE": operator.ge}
+
+
+def check_attr_store(obj, name, value):
+    """Attribute stores we replay: plain attributes of pre-existing user objects and modules."""
+    from .variables.nn_module import NNModuleVariable
+    from .variables.user_defined import UserDefinedObjectVariable
+    if isinstance(obj, UserDefinedObjectVariable):
+        cls = type(obj.value)
+        plain = cls.__setattr__ is object.__setattr__ and not hasattr(
+            inspect.getattr_static(cls, name, None), "__set__")
+    elif isinstance(obj, NNModuleVariable):
+        mod = obj.module
+        plain = not any(name in mod.__dict__.get(t, {}) for t in ("_parameters", "_buffers", "_modules")) \
+            and not isinstance(value, NNModuleVariable) and not hasattr(
+                inspect.getattr_static(type(mod), name, None), "__set__")
+    else:
+        plain = False
+    if not plain or obj.source is None:
+        raise SideEffectError(f"assignment to attribute {name!r} of {obj}")
 
 
 class OpcodeHandlers:
@@ -160,12 +179,28 @@ class OpcodeHandlers:
         obj = self.pop()
         if is_method:
             self.push(NULL)
-        self.push(obj.var_getattr(self, name))
+        self.push(self.getattr(obj, name))
 
     def LOAD_METHOD(self, inst):
         obj = self.pop()
         self.push(NULL)  # the bound attribute is the callable; CALL sees [NULL, callable]
-        self.push(obj.var_getattr(self, inst.arg))
+        self.push(self.getattr(obj, inst.arg))
+
+    def getattr(self, obj, name):
+        """``obj.name``, seeing attribute stores made earlier in the trace."""
+        stored = self.output.side_effects.load_attr(obj, name)
+        return stored if stored is not None else obj.var_getattr(self, name)
+
+    def STORE_ATTR(self, inst):
+        obj, value = self.pop(), self.pop()
+        check_attr_store(obj, inst.arg, value)
+        self.output.side_effects.store_attr(obj, inst.arg, value)
+
+    def STORE_GLOBAL(self, inst):
+        value = self.pop()
+        if self.globals_source is not GlobalSource or self.f_globals is not self.root_globals():
+            raise SideEffectError(f"assignment to global {inst.arg!r} of another module")
+        self.output.side_effects.store_global(inst.arg, value)
 
     # ---- operators ----------------------------------------------------------------------------
 
@@ -382,6 +417,8 @@ class OpcodeHandlers:
         self.push(call_builtin(self, iter, [self.pop()], {}))
 
     def FOR_ITER(self, inst):
+        if not hasattr(self.stack[-1], "next_item"):
+            raise Unsupported(f"iteration over {self.stack[-1]}")
         item = self.stack[-1].next_item(self)
         if item is not None:
             return self.push(item)

@@ -20,14 +20,21 @@ from . import config
 from .codegen import GRAPH_OUT, PyCodegen
 from .exc import BackendCompilerFailed, Unsupported
 from .guards import GuardBuilder
+from .side_effects import SideEffects
 
 _compiled_fn_ids = itertools.count()
 # (globals dict, name) of every compiled graph installed, so that reset() can free them all.
 _installed = []
 
 
+def install_global(f_globals, name, value):
+    """Put a compiled graph or a resume function where generated code finds it."""
+    f_globals[name] = value
+    _installed.append((f_globals, name))
+
+
 def reset():
-    """Remove every ``__compiled_fn_N`` this process installed in a module's globals."""
+    """Remove every ``__compiled_fn_N`` / ``__resume_*`` installed in a module's globals."""
     while _installed:
         f_globals, name = _installed.pop()
         f_globals.pop(name, None)
@@ -40,7 +47,7 @@ class OutputGraph:
         self.fake_mode = FakeTensorMode()
         self.guards = GuardBuilder()
         self.inputs = {}  # source name -> (source, real tensor, TensorVariable)
-        self.mutations = []  # pre-existing lists/dicts whose contents changed
+        self.side_effects = SideEffects()
         self.tracked_sources = {}  # source name -> the tracker made when it was first read
         self.new_code = None
         self.compiled_fn_name = None
@@ -89,15 +96,17 @@ class OutputGraph:
         return wrap_fx_value(tx, node, value)
 
     def note_mutation(self, var):
-        if var.source is not None and not any(v is var for v in self.mutations):
-            self.mutations.append(var)
+        self.side_effects.mutate_container(var)
 
     # ---- finishing ----------------------------------------------------------------------------
 
-    def compile_and_return(self, tx, value):
+    def begin_code(self, values):
+        """Start the new code: call the graph (if it computes anything) with every tensor among
+        ``values`` and the side effects' values as outputs, then build the side effects' new
+        values. Returns (codegen, saved side effects) for ``codegen_apply``."""
         cg = PyCodegen(self.code)
         if self._has_effect():
-            outputs = self._graph_outputs([value, *self.mutations])
+            outputs = self._graph_outputs([*values, *self.side_effects.values()])
             self.graph.output(tuple(v.node for v in outputs))
             name = self._compile()
             cg.load_global(name, push_null=True)
@@ -107,19 +116,24 @@ class OutputGraph:
             cg.append_call(len(sources))
             cg.store_local(GRAPH_OUT)
             cg.graph_outputs = {v.node: i for i, v in enumerate(outputs)}
-        # build everything first: replays below may change what sources read
-        new_contents = []
-        for var in self.mutations:
-            new_contents.append(cg.new_temp())
-            _build_contents(cg, var)
-            cg.store_local(new_contents[-1])
+        return cg, self.side_effects.codegen_save(cg)
+
+    def compile_and_return(self, tx, value, lineno=None):
+        cg, saved = self.begin_code([value])
         cg(value)
         result = cg.new_temp()
         cg.store_local(result)
-        for var, temp in zip(self.mutations, new_contents):
-            _replay(cg, var, temp)
+        self.side_effects.codegen_apply(cg, saved)
         cg.load_local(result)
         cg.append_return()
+        return self.finish(cg, lineno)
+
+    def finish(self, cg, lineno=None):
+        """Assemble the new code; instructions without a line get ``lineno`` (the user's line
+        that ended the trace), so tracebacks through generated code point at user code."""
+        for inst in cg.instructions:
+            if bu.is_instr(inst) and inst.lineno is None and lineno is not None:
+                inst.lineno = lineno
         self.new_code = bu.assemble(self.code, cg.instructions)
         if config.verbose:
             _print_output(self)
@@ -136,7 +150,7 @@ class OutputGraph:
     def _graph_outputs(self, values):
         from .variables.tensor import TensorVariable
         seen, outputs = set(), []
-        for var in _walk(values):
+        for var in walk_values(values):
             if isinstance(var, TensorVariable) and var.node.op != "placeholder" \
                     and var.node not in seen:
                 seen.add(var.node)
@@ -153,8 +167,7 @@ class OutputGraph:
         except Exception as e:
             raise BackendCompilerFailed(self.backend, e) from e
         name = f"__compiled_fn_{next(_compiled_fn_ids)}"
-        self.f_globals[name] = compiled
-        _installed.append((self.f_globals, name))
+        install_global(self.f_globals, name, compiled)
         self.compiled_fn_name = name
         return name
 
@@ -181,7 +194,13 @@ def _graph_arg(var, tensor_fn):
     if isinstance(var, TensorVariable):
         return tensor_fn(var)
     if isinstance(var, ConstantVariable):
-        return var.value
+        value = var.value  # numpy scalars are float/int subclasses: graphs hold plain numbers
+        if type(value) in (bool, int, float, complex):
+            return value
+        for base in (bool, int, float, complex):
+            if isinstance(value, base) and type(value) is not base:
+                return base(value)
+        return value
     if isinstance(var, SizeVariable):
         return tuple(_graph_arg(i, tensor_fn) for i in var.items)
     if isinstance(var, BaseListVariable):
@@ -195,9 +214,11 @@ def _graph_arg(var, tensor_fn):
     raise Unsupported(f"{var} cannot be an argument of a graph op")
 
 
-def _walk(values):
+def walk_values(values):
     """Every tracker reachable from ``values`` through containers."""
+    from .variables.base import GetAttrVariable
     from .variables.dicts import DictVariable, DictViewVariable
+    from .variables.functions import UserMethodVariable
     from .variables.lists import BaseListVariable, ListIteratorVariable
     stack, seen = list(values), set()
     while stack:
@@ -212,34 +233,8 @@ def _walk(values):
             stack.extend(var.items.values())
         elif isinstance(var, DictViewVariable):
             stack.append(var.dict_var)
-
-
-def _build_contents(cg, var):
-    from .variables.dicts import DictVariable
-    for k, v in (var.items.items() if isinstance(var, DictVariable) else enumerate(var.items)):
-        if isinstance(var, DictVariable):
-            cg.load_const(k)
-        cg(v)
-    cg.append_build(dict if isinstance(var, DictVariable) else list, len(var.items))
-
-
-def _replay(cg, var, temp):
-    """Make the pre-existing container ``var.source`` hold what the trace left in it."""
-    from .variables.dicts import DictVariable
-    if isinstance(var, DictVariable):
-        var.source.reconstruct(cg)
-        cg.append_call_method("clear", 0)
-        cg.append_pop_top()
-        var.source.reconstruct(cg)
-        cg.append_load_method("update")
-        cg.load_local(temp)
-        cg.append_call(1)
-        cg.append_pop_top()
-    else:
-        cg.load_local(temp)
-        var.source.reconstruct(cg)
-        cg.load_const(slice(None, None, None))
-        cg.append(bu.create_store_subscr())
+        elif isinstance(var, (GetAttrVariable, UserMethodVariable)):
+            stack.append(var.obj)
 
 
 def _print_output(output):

@@ -4,19 +4,25 @@
 handlers live in opcodes.py, one method per opcode); calls to user functions and module
 forwards run an ``InliningTranslator`` over the callee's code, sharing the OutputGraph, so the
 whole call tree becomes one graph. ``convert`` is the entry point the frame hook calls.
+
+Graph breaks happen only in the top frame. A break inside an inlined call breaks the top frame
+at its call instruction: that call then runs natively, and the hook compiles the callee's frame
+on its own (with its own breaks), like any frame.
 """
 import types
 
 import torch
 
 from . import bytecode_utils as bu
-from . import config
+from . import config, resume
 from .backends import lookup_backend
-from .exc import Unsupported
+from .exc import Unsupported, UnsupportedOpcodeError
 from .opcodes import UNSUPPORTED, OpcodeHandlers
 from .output_graph import OutputGraph
 from .source import BuiltinSource, ClosureSource, GlobalSource, LocalSource
-from .variables.base import CellVariable
+from .variables.base import NULL, CellVariable, NullVariable, VariableTracker
+from .variables.ctx import WithExitVariable
+from .variables.lists import ListIteratorVariable, TupleVariable
 from .variables.builder import wrap_value
 
 
@@ -72,10 +78,10 @@ class TranslatorBase(OpcodeHandlers):
 
     def dispatch(self, inst):
         if inst.opname in UNSUPPORTED:
-            raise Unsupported(f"{inst.opname}: {UNSUPPORTED[inst.opname]}")
+            raise UnsupportedOpcodeError(f"{inst.opname}: {UNSUPPORTED[inst.opname]}")
         handler = getattr(self, inst.opname, None)
         if handler is None:
-            raise Unsupported(f"opcode {inst.opname} is not supported yet")
+            raise UnsupportedOpcodeError(f"opcode {inst.opname} is not supported yet")
         handler(inst)
 
     def jump_to(self, index):
@@ -85,6 +91,10 @@ class TranslatorBase(OpcodeHandlers):
 
     def load_global(self, name):
         gsrc = self.globals_source
+        if gsrc is GlobalSource and self.f_globals is self.root_globals():
+            stored = self.output.side_effects.load_global(name)
+            if stored is not None:
+                return stored
         if name in self.f_globals:
             return wrap_value(self, self.f_globals[name], gsrc(name) if gsrc else None)
         if name not in self.f_builtins:
@@ -118,12 +128,31 @@ class TranslatorBase(OpcodeHandlers):
         raise Unsupported("yield in a frame that is not an inlined generator")
 
 
-class InstructionTranslator(TranslatorBase):
-    """The top frame: its arguments are the graph's inputs, its return ends the trace."""
+class RestartAnalysis(Exception):
+    """The trace met something it cannot capture at top-frame step ``step``: trace again from
+    the start and break the graph there (nothing has to be undone: the first trace is thrown
+    away, and the second stops before the instruction that failed)."""
 
-    def __init__(self, code, f_globals, f_builtins, f_locals, closure, backend):
+    def __init__(self, step, exc):
+        super().__init__(step)
+        self.step, self.exc = step, exc
+
+
+class InstructionTranslator(TranslatorBase):
+    """The top frame: its arguments are the graph's inputs, its return ends the trace.
+
+    A graph break (see ``break_graph``) ends the trace at an instruction: the new code calls
+    the graph so far, replays side effects, runs that one instruction natively and returns what
+    a resume function (resume.py) computes from the stack and the live locals.
+    """
+
+    def __init__(self, code, f_globals, f_builtins, f_locals, closure, backend, fullgraph=False,
+                 break_at=None):
         output = OutputGraph(code, f_globals, backend)
         super().__init__(output, code, f_globals, f_builtins, GlobalSource, {}, {}, 0)
+        self.fullgraph = fullgraph
+        self.break_at = break_at  # (step, Unsupported) found by an earlier trace, or None
+        self.graph_breaks = []  # the Unsupported behind each break this trace emitted
         for index, name in enumerate(bu.argument_names(code)):
             if name not in f_locals:
                 raise Unsupported(f"argument {name!r} missing from the frame's locals")
@@ -139,8 +168,181 @@ class InstructionTranslator(TranslatorBase):
         return self.f_globals
 
     def return_value(self, value):
-        self.output.compile_and_return(self, value)
+        self.output.compile_and_return(self, value, self.current.lineno)
         self.done = True
+
+    def dispatch(self, inst):
+        if self.break_at is not None and self.steps == self.break_at[0]:
+            return self.break_graph(inst, self.break_at[1])
+        try:
+            super().dispatch(inst)
+        except Unsupported as e:
+            if self.fullgraph or not self.can_break(inst):
+                raise
+            e.add_frame(self.code.co_filename, inst.lineno or self.code.co_firstlineno,
+                        self.code.co_name)
+            raise RestartAnalysis(self.steps, e) from None
+
+    # ---- graph breaks -------------------------------------------------------------------------
+
+    def can_break(self, inst):
+        return bu.conditional_jump(inst) is not None or bu.native_form(inst) is not None
+
+    def break_graph(self, inst, exc):
+        """End the trace at ``inst``: graph so far, ``inst`` natively, then resume functions."""
+        try:
+            if bu.conditional_jump(inst) is not None:
+                self._break_on_jump(inst, *bu.conditional_jump(inst))
+            else:
+                self._break_native(inst, bu.native_form(inst, self.kw_names))
+        except Unsupported as e:
+            raise Unsupported(f"{exc.reason}; the graph could not be broken there: {e.reason}",
+                              exc.hint) from None
+        self.graph_breaks.append(exc)
+        self.done = True
+
+    def _slot(self, var):
+        if isinstance(var, NullVariable):
+            return "null"
+        if isinstance(var, WithExitVariable):
+            return ("ctx", var.ctx.target)
+        if isinstance(var, ListIteratorVariable):
+            return "iter"  # passed as a tuple of the items left; the prologue calls iter()
+        return "value"
+
+    def _live(self, index):
+        for name, cell in self.cells.items():
+            if not cell.pre_existing and cell.contents is not None:
+                raise Unsupported(f"the closure variable {name!r} holds a value at the break")
+        live = resume.live_locals(*resume.origin(self.code, index))
+        return tuple(n for n in self.code.co_varnames if n in live and n in self.symbolic_locals)
+
+    def _save(self, cg, values):
+        """Store each value (None for NULL / `with` slots) in a temporary; their names. One
+        tracker in several slots is saved once: the resume function gets one object."""
+        check_no_nested_aliases(values)
+        temps, seen = [], {}
+        for var in values:
+            slot = self._slot(var)
+            if slot not in ("value", "iter"):
+                temps.append(None)
+            elif id(var) in seen:
+                temps.append(seen[id(var)])
+            else:
+                cg(TupleVariable(var.items[var.index:]) if slot == "iter" else var)
+                temps.append(cg.new_temp())
+                cg.store_local(temps[-1])
+                seen[id(var)] = temps[-1]
+        return temps
+
+    def _start_break(self, values):
+        """Graph call, side effects, every value of ``values`` saved; then the grad mode the
+        native instruction must see (the graph may have switched it)."""
+        out = self.output
+        cg, saved = out.begin_code(values)
+        temps = self._save(cg, values)
+        out.side_effects.codegen_apply(cg, saved)
+        if torch.is_grad_enabled() != out.initial_grad_mode:
+            cg.set_grad_enabled(torch.is_grad_enabled())
+        return cg, temps
+
+    def _call_resume(self, cg, index, stack, local_names, temps):
+        """``return resume_fn(*stack values, *live locals)`` (``temps`` holds them, in that
+        order), with the grad mode the resume function starts in: that outside the outermost
+        `with` block its prologue re-enters. A temp seen twice is passed once; the prologue
+        makes the other slot an alias."""
+        shape, live, args, arg_of = [], [], [], {}
+        for i, (var, temp) in enumerate(zip(stack, temps)):
+            slot = self._slot(var)
+            if temp is not None and temp in arg_of:
+                slot = ("alias", arg_of[temp])
+            elif temp is not None:
+                arg_of[temp] = f"___stack{i}"
+                args.append(temp)
+            shape.append(slot)
+        for name, temp in zip(local_names, temps[len(stack):]):
+            if temp in arg_of:
+                live.append((name, arg_of[temp]))
+            else:
+                arg_of[temp] = name
+                live.append(name)
+                args.append(temp)
+        ctxs = [v.ctx for v in stack if isinstance(v, WithExitVariable)]
+        mode = ctxs[0].initial if ctxs else torch.is_grad_enabled()
+        if mode != torch.is_grad_enabled():
+            cg.set_grad_enabled(mode)
+        code, index = resume.origin(self.code, index)
+        resume.codegen_load_resume(cg, self.f_globals, code, index, tuple(shape), tuple(live))
+        for name in args:
+            cg.load_local(name)
+        cg.append_call(len(args))
+        cg.append_return()
+
+    def _break_native(self, inst, form):
+        stack = list(self.stack)
+        resume_at = inst.index + 1
+        if form.pushes == ("value",) and self.instructions[resume_at].opname == "POP_TOP":
+            # a call as a statement (print(...)): drop its result here, not in the resume
+            # function, which would otherwise be guarded on (and recompiled for) its value
+            form = bu.NativeForm(form.instrs + [bu.create_instruction("POP_TOP")], form.pops, ())
+            resume_at += 1
+        live = self._live(resume_at) if form.pushes is not None else ()
+        cg, temps = self._start_break(stack + [self.symbolic_locals[n] for n in live])
+        stack_temps, local_temps = temps[:len(stack)], temps[len(stack):]
+        keep = len(stack) - form.pops
+        if any(self._slot(v) not in ("value", "null") for v in stack[keep:]):
+            raise Unsupported("the instruction consumes a `with` block's exit or an iterator")
+        for temp in stack_temps[keep:]:
+            cg.load_local(temp) if temp is not None else cg.append_push_null()
+        cg.append(*form.instrs)
+        if form.pushes is None:  # raise: nothing runs after it
+            self.output.finish(cg, inst.lineno)
+            return
+        pushed = [cg.new_temp() if p == "value" else None for p in form.pushes]
+        for temp in reversed(pushed):
+            if temp is not None:
+                cg.store_local(temp)
+        new_stack = stack[:keep] + [NULL if p == "null" else _NativeResult() for p in form.pushes]
+        self._call_resume(cg, resume_at, new_stack, live,
+                          stack_temps[:keep] + pushed + local_temps)
+        self.output.finish(cg, inst.lineno)
+
+    def _break_on_jump(self, inst, if_true, keep_on_jump):
+        stack = list(self.stack)
+        live_next, live_target = self._live(inst.index + 1), self._live(inst.target)
+        live = tuple(n for n in self.code.co_varnames if n in live_next or n in live_target)
+        cg, temps = self._start_break(stack + [self.symbolic_locals[n] for n in live])
+        stack_temps, local_temps = temps[:len(stack)], dict(zip(live, temps[len(stack):]))
+        label = bu.new_label()
+        cg.load_local(stack_temps[-1])
+        cg.append(bu.create_pop_jump(if_true, label, inst.lineno))
+        self._call_resume(cg, inst.index + 1, stack[:-1], live_next,
+                          stack_temps[:-1] + [local_temps[n] for n in live_next])
+        cg.append(label)
+        keep = len(stack) if keep_on_jump else len(stack) - 1
+        self._call_resume(cg, inst.target, stack[:keep], live_target,
+                          stack_temps[:keep] + [local_temps[n] for n in live_target])
+        self.output.finish(cg, inst.lineno)
+
+
+class _NativeResult(VariableTracker):
+    """A value the natively run instruction left on the stack (known only at run time)."""
+
+
+def check_no_nested_aliases(values):
+    """A mutable container reachable both as a slot and inside another value (or inside two)
+    would become two objects in the resume function: refuse such a break."""
+    from .output_graph import walk_values
+    from .variables.dicts import DictVariable
+    from .variables.lists import ListVariable
+    seen = set()
+    tops = {id(v) for v in values}
+    for top in {id(v): v for v in values}.values():
+        for var in walk_values([top]):
+            if var is not top and isinstance(var, (ListVariable, DictVariable)):
+                if id(var) in tops or id(var) in seen:
+                    raise Unsupported(f"{var} is shared by several values live at the break")
+                seen.add(id(var))
 
 
 class InliningTranslator(TranslatorBase):
@@ -172,19 +374,35 @@ def convert(code, f_globals, f_builtins, f_locals, closure, backend, *, fullgrap
     ``types.FunctionType(new_code, f_globals, closure=closure)(*same args)`` while every check
     in ``checks`` (``(steps, kind, value, text)`` tuples, see _C.pyi) holds. The compiled graph
     is stored in ``f_globals`` under the ``__compiled_fn_N`` name that new_code loads.
-    ``fullgraph`` does not change anything yet: every Unsupported is raised to the caller, who
-    runs the frame eagerly (or reports the error when the user asked for a full graph).
+
+    What cannot be captured becomes a graph break (the new code calls a resume function for the
+    rest; each break is reported to convert_frame.note_graph_break); where no break is possible
+    ``Unsupported`` is raised and the caller runs the frame eagerly. With ``fullgraph`` the
+    first thing that cannot be captured is raised.
     """
     if bu.is_generator(code):
         raise Unsupported(f"{code.co_name} is a generator or coroutine")
     backend = lookup_backend(backend)
     grad_mode, dtype = torch.is_grad_enabled(), torch.get_default_dtype()
+    break_at = None
     try:
-        tx = InstructionTranslator(code, f_globals, f_builtins, f_locals, closure, backend)
-        tx.output.guards.GRAD_MODE()
-        tx.output.guards.DEFAULT_DTYPE()
-        tx.run()
+        while True:
+            torch._C._set_grad_enabled(grad_mode)
+            tx = InstructionTranslator(code, f_globals, f_builtins, f_locals, closure, backend,
+                                       fullgraph, break_at)
+            tx.output.guards.GRAD_MODE()
+            tx.output.guards.DEFAULT_DTYPE()
+            try:
+                tx.run()
+                break
+            except RestartAnalysis as restart:
+                if break_at is not None:
+                    raise AssertionError("a trace failed before the break found by the last one")
+                break_at = (restart.step, restart.exc)
     finally:
         torch._C._set_grad_enabled(grad_mode)
         torch.set_default_dtype(dtype)
+    from .convert_frame import note_graph_break
+    for exc in tx.graph_breaks:
+        note_graph_break(exc)
     return tx.output.new_code, tx.output.guards.checks

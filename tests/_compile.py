@@ -26,12 +26,13 @@ class Compiled:
     Each call checks the cached entries' guards (newest first) and recompiles on a miss.
     """
 
-    def __init__(self, fn, backend=None):
+    def __init__(self, fn, backend=None, fullgraph=True):
         self.fn = fn.__func__ if isinstance(fn, types.MethodType) else fn
         self.bound_self = fn.__self__ if isinstance(fn, types.MethodType) else None
         self.backend = backend if backend is not None else CompileCounter()
         self.entries = []  # (checks, new_code)
         self.compiles = 0
+        self.fullgraph = fullgraph  # without the hook, resume functions would run uncompiled
 
     def frame_args(self, args, kwargs):
         if self.bound_self is not None:
@@ -48,7 +49,7 @@ class Compiled:
             if first_failure(checks, slots, fn.__globals__, builtins.__dict__, fn.__closure__) is None:
                 return self._run(new_code, slots)
         new_code, checks = convert(fn.__code__, fn.__globals__, builtins.__dict__, f_locals,
-                                   fn.__closure__, self.backend)
+                                   fn.__closure__, self.backend, fullgraph=self.fullgraph)
         self.compiles += 1
         self.entries.insert(0, (checks, new_code))
         assert first_failure(checks, slots, fn.__globals__, builtins.__dict__, fn.__closure__) is None, \
@@ -79,8 +80,8 @@ class Compiled:
         return [c.text for c in self.checks]
 
 
-def compile_fn(fn, backend=None):
-    return Compiled(fn, backend)
+def compile_fn(fn, backend=None, fullgraph=True):
+    return Compiled(fn, backend, fullgraph)
 
 
 # ---- a pure-Python GuardSet, mirroring _C.pyi --------------------------------------------------

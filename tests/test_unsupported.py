@@ -44,23 +44,29 @@ def test_print_is_a_side_effect():
     unsupported(fn, x3, match="print")
 
 
-def test_attribute_assignment():
+def test_attribute_assignment_is_replayed_not_refused():
     class O:
         pass
     o = O()
 
     def fn(x):
-        o.y = x
+        o.y = x + 1
         return x
-    unsupported(fn, x3, match="attribute assignment")
+    c = compile_fn(fn)
+    assert same(c(x3), x3) and torch.equal(o.y, x3 + 1)
 
 
-def test_global_assignment():
+def test_attribute_assignment_on_a_tensor():
+    unsupported(lambda x: setattr(x, "foo", 1), x3, match="setattr")
+
+
+def test_global_assignment_is_replayed_not_refused():
     def fn(x):
         global G
         G = 1
         return x
-    unsupported(fn, x3, match="global")
+    c = compile_fn(fn)
+    assert same(c(x3), x3) and globals()["G"] == 1
 
 
 def test_raise_and_try():

@@ -90,6 +90,11 @@ class GetAttrVariable(VariableTracker):
     def truth(self, tx):
         return True
 
+    def reconstruct(self, codegen):
+        from .. import bytecode_utils as bu
+        codegen(self.obj)
+        codegen.append(bu.create_load_attr(self.name))
+
     def _repr_value(self):
         return f"{self.obj}.{self.name}"
 

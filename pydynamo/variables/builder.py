@@ -102,6 +102,16 @@ def _bound_method(tx, value, source):
     return UserMethodVariable(value.__func__, wrap_value(tx, value.__self__, self_src), fn_src)
 
 
+def _tensor_method(tx, value, source):
+    """``x.add`` passed around as a value (e.g. to a resume function): the call stays a graph op."""
+    from .base import GetAttrVariable
+    _guard(tx, source, "TYPE_MATCH", value)
+    _guard(tx, AttrSource(source, "__name__") if source is not None else None, "EQUALS_MATCH",
+           value.__name__)
+    obj = wrap_value(tx, value.__self__, AttrSource(source, "__self__") if source is not None else None)
+    return GetAttrVariable(obj, value.__name__)
+
+
 def _object(tx, value, source):
     _guard(tx, source, "TYPE_MATCH", value)
     return UserDefinedObjectVariable(value, source)
@@ -130,6 +140,8 @@ _TABLE = [
     (is_supported_builtin, _identity(BuiltinVariable)),
     (lambda v: isinstance(v, types.FunctionType), _identity(UserFunctionVariable)),
     (lambda v: isinstance(v, types.MethodType), _bound_method),
+    (lambda v: isinstance(v, types.BuiltinMethodType) and isinstance(v.__self__, torch.Tensor),
+     _tensor_method),
     (lambda v: isinstance(v, types.ModuleType), _identity(PythonModuleVariable)),
     (lambda v: isinstance(v, type), _identity(UserDefinedClassVariable)),
     (lambda v: True, _object),
@@ -172,6 +184,8 @@ def wrap_constant(value):
         return SliceVariable(*(ConstantVariable(p) for p in (value.start, value.stop, value.step)))
     if isinstance(value, (frozenset, types.CodeType)):
         return ConstantVariable(value)
+    if any(value is c for c in _TORCH_CLASSES):
+        return TorchVariable(value)  # the grad-mode classes a resume function's prologue enters
     if isinstance(value, type):
         return UserDefinedClassVariable(value)
     if is_supported_builtin(value):

@@ -7,7 +7,7 @@ import builtins
 import math
 import operator
 
-from ..exc import Unsupported
+from ..exc import DataDependentError, SideEffectError, Unsupported
 from .base import VariableTracker
 from .constant import ConstantVariable
 from .dicts import DictVariable, items_of
@@ -243,7 +243,7 @@ def _getattr(tx, obj, name, default=None):
     attr = name.as_python_constant()
     if default is not None and not obj.has_attr(tx, attr):
         return default
-    return obj.var_getattr(tx, attr)
+    return tx.getattr(obj, attr)
 
 
 @handles(hasattr)
@@ -333,7 +333,8 @@ def _make_min_max(fn):
         items = args[0].unpack_var_sequence(tx) if len(args) == 1 else list(args)
         if _all_constant(items, kwargs):
             return fold(fn, items, kwargs)
-        raise Unsupported(f"{fn.__name__}() of tensors compares their data (data-dependent)")
+        raise DataDependentError(f"{fn.__name__}() of tensors compares their data (data-dependent)",
+                                 f"use torch.{'maximum' if fn is max else 'minimum'} or torch.stack(...).{fn.__name__}()")
     return handler
 
 
@@ -358,7 +359,9 @@ _HANDLERS[all] = lambda tx, seq: ConstantVariable(all(i.truth(tx) for i in itera
 def _make_conversion(fn):
     def handler(tx, *args, **kwargs):
         if args and isinstance(args[0], TensorVariable):
-            raise Unsupported(f"{fn.__name__}() of a tensor needs its data (data-dependent)")
+            raise DataDependentError(f"{fn.__name__}() of a tensor needs its data (data-dependent)",
+                                     f"keep the value a tensor, or move {fn.__name__}() out of the "
+                                     "compiled region")
         if _all_constant(args, kwargs):
             return fold(fn, args, kwargs)
         raise Unsupported(f"{fn.__name__}() of {args}")
@@ -371,7 +374,7 @@ for _fn in (int, float, str, complex):
 
 @handles(print)
 def _print(tx, *args, **kwargs):
-    raise Unsupported("print() has a side effect (graph breaks arrive in a later issue)")
+    raise SideEffectError("print() is I/O (a side effect)")
 
 
 @handles(sorted)

@@ -2,7 +2,7 @@
 import types
 
 from .. import bytecode_utils as bu
-from ..exc import Unsupported
+from ..exc import DisabledFunctionError, Unsupported
 from ..source import AttrSource, GetItemSource, GlobalSource, cell_contents_source, function_global_source
 from .base import CellVariable, VariableTracker
 from .dicts import DictVariable
@@ -117,6 +117,9 @@ class UserFunctionVariable(VariableTracker):
 
     def call_function(self, tx, args, kwargs):
         fn = self.fn
+        if getattr(fn, "_pydynamo_disabled", False):
+            raise DisabledFunctionError(f"call to {fn.__qualname__}, which is decorated with "
+                                        "pydynamo.disable")
         code = fn.__code__
         if bu.is_generator(code) and not bu.is_plain_generator(code):
             raise Unsupported(f"call of coroutine or async generator {fn.__qualname__}")

@@ -9,7 +9,7 @@ import operator
 
 import torch
 
-from ..exc import Unsupported
+from ..exc import DataDependentError, Unsupported
 from .base import GetAttrVariable, VariableTracker
 from .constant import ConstantVariable
 from .lists import SizeVariable, TupleVariable
@@ -41,8 +41,8 @@ class TensorVariable(VariableTracker):
         return self.python_cls
 
     def truth(self, tx):
-        raise Unsupported("data-dependent control flow: the truth value of a tensor "
-                          "(graph breaks arrive in a later issue)")
+        raise DataDependentError("data-dependent control flow: branching on the value of a tensor",
+                                 "use torch.where(cond, a, b) to select values instead of branching")
 
     def size_variable(self):
         return SizeVariable([ConstantVariable(int(s)) for s in self.example_value.size()])
@@ -65,7 +65,9 @@ class TensorVariable(VariableTracker):
 
     def call_method(self, tx, name, args, kwargs):
         if name in _DATA_METHODS:
-            raise Unsupported(f"Tensor.{name}() needs the tensor's data (data-dependent)")
+            raise DataDependentError(f"Tensor.{name}() needs the tensor's data (data-dependent)",
+                                     f"move .{name}() out of the compiled region, or keep the value "
+                                     "a tensor")
         if name == "size":
             size = self.size_variable()
             return size if not args else size.getitem(tx, args[0])
@@ -87,7 +89,7 @@ class TensorVariable(VariableTracker):
             return tx.output.call_graph(tx, "call_function", operator.setitem,
                                         (self, args[0], args[1]), {})
         if name == "__contains__":
-            raise Unsupported("'in' on a tensor is data-dependent")
+            raise DataDependentError("'in' on a tensor is data-dependent")
         if not callable(getattr(torch.Tensor, name, None)):
             raise Unsupported(f"Tensor.{name}")
         return tx.output.call_graph(tx, "call_method", name, (self, *args), kwargs)

@@ -3,7 +3,7 @@ guarded one by one; methods are inlined)."""
 import inspect
 import types
 
-from ..exc import Unsupported
+from ..exc import UnmodelledCallError, Unsupported
 from ..source import AttrSource
 from .base import VariableTracker
 
@@ -154,6 +154,11 @@ class UserDefinedObjectVariable(VariableTracker):
         return self.var_getattr(tx, name).call_function(tx, args, kwargs)
 
     def call_function(self, tx, args, kwargs):
+        if not isinstance(getattr(type(self.value), "__call__", None), types.FunctionType):
+            what = getattr(self.value, "__qualname__", None) or type(self.value).__qualname__
+            module = getattr(self.value, "__module__", None) or type(self.value).__module__
+            raise UnmodelledCallError(f"call to {module}.{what}, a C or library function "
+                                      "pydynamo does not model")
         return self.call_method(tx, "__call__", args, kwargs)
 
     def _repr_value(self):
