@@ -20,6 +20,7 @@ from . import config
 from .codegen import GRAPH_OUT, PyCodegen
 from .exc import BackendCompilerFailed, Unsupported
 from .guards import GuardBuilder
+from .source import ModuleMemberSource
 from .side_effects import SideEffects
 
 _compiled_fn_ids = itertools.count()
@@ -69,6 +70,8 @@ class OutputGraph:
             node = self.graph.placeholder(source.graph_input_name())
         fake = self.fake_mode.from_tensor(value, static_shapes=True)
         node.meta["example_value"] = fake
+        # a module's parameter or buffer: backends may treat its address as stable (Inductor does)
+        node.meta["pydynamo_static"] = isinstance(source, ModuleMemberSource) and source.table != "_modules"
         var = TensorVariable(node, fake, source, python_cls=type(value))
         self.inputs[key] = (source, value, var)
         return var

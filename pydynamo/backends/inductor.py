@@ -1,11 +1,28 @@
 """PyTorch's Inductor as a pydynamo backend (C++ kernels on CPU, Triton kernels on CUDA)."""
 
 
+def _static_inputs(gm):
+    """Positions of graph inputs that are module parameters or buffers (marked by OutputGraph)."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    return [i for i, n in enumerate(placeholders) if n.meta.get("pydynamo_static")]
+
+
 def inductor(gm, example_inputs, *, mode=None, options=None):
-    from torch._inductor.compile_fx import compile_fx
+    from torch._inductor.compile_fx import compile_fx, compile_fx_inner
     patches = {}
     if mode not in (None, "default"):
         from torch._inductor import list_mode_options
         patches.update(list_mode_options(mode))
     patches.update(options or {})
-    return compile_fx(gm, example_inputs, config_patches=patches or None)
+    static, n_inputs = _static_inputs(gm), len(example_inputs)
+
+    def inner_compile(graph, inputs, **kwargs):
+        # Tell Inductor which forward inputs are parameters and buffers, as torch.compile does:
+        # their addresses are stable, so it skips per-call alignment checks (and, with CUDA
+        # graphs, copies) for them. Only for the forward graph, whose inputs are ours in order.
+        if static and not kwargs.get("is_backward") and not kwargs.get("static_input_idxs") \
+                and len(inputs) == n_inputs:
+            kwargs["static_input_idxs"] = static
+        return compile_fx_inner(graph, inputs, **kwargs)
+
+    return compile_fx(gm, example_inputs, inner_compile=inner_compile, config_patches=patches or None)
