@@ -86,3 +86,11 @@ def inductor(gm, example_inputs, **kwargs):
     """PyTorch's Inductor; ``mode`` and ``options`` come from pydynamo.compile."""
     from .inductor import inductor as compile_with_inductor
     return compile_with_inductor(gm, example_inputs, **kwargs)
+
+
+@register_backend(name="triton")
+def triton(gm, example_inputs):
+    """pydynamo's own Triton code generator: fused pointwise and row-reduction kernels, ATen for
+    the rest (pydynamo/backends/triton/)."""
+    from .triton import triton_backend
+    return triton_backend(gm, example_inputs)

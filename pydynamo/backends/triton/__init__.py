@@ -1,0 +1,127 @@
+"""pydynamo's own compiler from FX graphs to Triton kernels (the backend "triton").
+
+    gm (torch-level FX) --AOTAutograd + decomps.py--> ATen forward/backward graphs
+      --lowering.py--> items: ComputedBuffers (lazy pointwise/reduction IR, ir.py), ATen fallbacks
+      --scheduler.py--> kernels (fused groups) --kernel.py, wrapper.py--> one Python module
+      --runtime.py--> cached on disk by source hash, imported, called
+
+Kernels run on CUDA tensors, or on CPU tensors under TRITON_INTERPRET=1 (Triton's interpreter).
+Anything else, and any internal error, runs the graph with ATen: slower, never wrong.
+"""
+import copy
+import functools
+import hashlib
+import logging
+import os
+
+import torch
+
+log = logging.getLogger(__name__)
+
+
+def usable(example_inputs):
+    """Whether generated kernels can run on these inputs' device."""
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    devices = {t.device.type for t in example_inputs if isinstance(t, torch.Tensor)}
+    if devices == {"cuda"}:
+        return True
+    return devices == {"cpu"} and os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def triton_backend(gm, example_inputs):
+    """The backend: ``gm`` -> a callable on the same flat inputs returning what gm returns."""
+    if not usable(example_inputs):
+        log.info("triton backend: inputs not on CUDA (nor CPU with TRITON_INTERPRET=1); running eagerly")
+        return gm.forward
+    from torch._functorch.aot_autograd import aot_module_simplified
+
+    from .decomps import decomposition_table
+    gm, single = _tuple_output(gm)
+    compiled = aot_module_simplified(gm, example_inputs, fw_compiler=compile_aten_graph,
+                                     bw_compiler=compile_aten_graph, decompositions=decomposition_table())
+    if single:
+        return lambda *args: compiled(*args)[0]
+    return compiled
+
+
+def _tuple_output(gm):
+    """AOTAutograd wants a tuple of outputs (as Dynamo's graphs have); wrap a bare one."""
+    out = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    if isinstance(out.args[0], (tuple, list)):
+        return gm, False
+    graph = copy.deepcopy(gm.graph)
+    out = next(n for n in reversed(graph.nodes) if n.op == "output")
+    out.args = ((out.args[0],),)
+    return torch.fx.GraphModule(gm, graph), True
+
+
+def _boxed(fn):
+    fn._boxed_call = True
+    return fn
+
+
+def compile_aten_graph(gm, example_inputs):
+    """ATen graph -> boxed callable (takes the list of inputs), via the disk cache."""
+    def eager(args):
+        return gm(*args)
+    try:
+        key = graph_key(gm)
+        from . import runtime
+        src = runtime.lookup_graph(key)
+        if src is None:
+            src = generate_source(gm)
+        mod = runtime.load_source(src, key)
+        constants = [getattr(gm, n.target) for n in gm.graph.nodes if n.op == "get_attr"]
+        return _boxed(mod.make(constants, eager))
+    except Exception as e:  # an internal error: this graph runs with ATen
+        if os.environ.get("PYDYNAMO_TRITON_STRICT") == "1":
+            raise
+        log.warning("triton backend could not compile a graph (%s: %s); it runs with ATen",
+                    type(e).__name__, e)
+        return _boxed(eager)
+
+
+def generate_source(gm):
+    from .lowering import GraphLowering
+    from .scheduler import schedule
+    from .wrapper import WrapperCodegen
+    g = GraphLowering(gm).run()
+    inputs = [b.name for b in g.inputs] + [b.name for b, _ in g.constants]
+    return WrapperCodegen(g, schedule(g.items, inputs)).generate()
+
+
+@functools.lru_cache(None)
+def _generator_hash():
+    """A hash of this package's own source, so a changed generator never reuses old output."""
+    here = os.path.dirname(__file__)
+    h = hashlib.sha256()
+    for name in sorted(os.listdir(here)):
+        if name.endswith(".py"):
+            with open(os.path.join(here, name), "rb") as f:
+                h.update(f.read())
+    return h.hexdigest()
+
+
+def graph_key(gm):
+    """Identifies everything the generated source depends on: the graph, its inputs' metadata,
+    the knobs of the generator, versions, and whether Triton interprets."""
+    from . import kernel, lowering, scheduler
+    import triton
+    parts = [gm.code, _generator_hash(), torch.__version__, triton.__version__,
+             os.environ.get("TRITON_INTERPRET", "0"),
+             repr((scheduler.PERSISTENT_MAX, kernel.LOOP_RBLOCK, kernel.POINTWISE_XBLOCK,
+                   lowering.REALIZE_READS, lowering.REALIZE_COST))]
+    for n in gm.graph.nodes:
+        if n.op in ("placeholder", "get_attr"):
+            v = n.meta.get("val") if n.op == "placeholder" else getattr(gm, n.target)
+            if isinstance(v, torch.Tensor):
+                parts.append(repr((tuple(v.shape), v.stride(), v.dtype, str(v.device), v.requires_grad)))
+            else:
+                parts.append(repr(v))
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
+
+
+__all__ = ["triton_backend", "compile_aten_graph", "generate_source"]

@@ -1,0 +1,29 @@
+"""The decomposition table handed to AOTAutograd: torch's core ATen decompositions plus the
+composite ops we want as pointwise ops and single-axis reductions (softmax, layer_norm, gelu,
+their backwards, losses).  var/var_mean and mean stay whole: we lower them directly (two-pass
+variance), since their decompositions go to prims."""
+import functools
+
+import torch
+from torch._decomp import core_aten_decompositions, get_decompositions
+
+aten = torch.ops.aten
+
+EXTRA = [
+    aten._softmax, aten._log_softmax, aten._softmax_backward_data, aten._log_softmax_backward_data,
+    aten.native_layer_norm, aten.native_layer_norm_backward, aten.gelu, aten.gelu_backward,
+    aten.nll_loss_forward, aten.nll_loss_backward, aten.clamp_min, aten.clamp_max, aten.hardtanh,
+    aten.leaky_relu, aten.silu, aten.silu_backward, aten.addcmul, aten.addcdiv, aten.lerp,
+    aten.sigmoid_backward, aten.tanh_backward, aten.threshold_backward, aten.elu, aten.mish,
+    aten.hardswish, aten.hardsigmoid, aten.rms_norm, aten._fused_rms_norm, aten.std.correction,
+]
+KEEP = {aten.var_mean.correction, aten.var.correction, aten.mean.dim, aten.mean.default,
+        aten.embedding_dense_backward}
+
+
+@functools.lru_cache(None)
+def decomposition_table():
+    table = dict(core_aten_decompositions())
+    for op, fn in get_decompositions(EXTRA).items():
+        table.setdefault(op, fn)
+    return {op: fn for op, fn in table.items() if op not in KEEP}

@@ -1,0 +1,235 @@
+"""The loop-level IR between ATen graphs and Triton source.
+
+A lowered tensor is a *lazy* value: something that, asked for the element at an index, emits
+the code that computes it into a kernel under construction.  Three kinds exist:
+
+* ``Buffer``: memory (a graph input, an ATen fallback's result, or a ``ComputedBuffer`` that a
+  kernel writes).  Loading it is ``tl.load(ptr + offset)``.
+* ``Pointwise``: an element function of other lazy values; loading it inlines that function,
+  which is how chains of pointwise ops end up fused without any fusion pass.
+* ``View``: an index remapping of another value, so views cost index arithmetic, never a copy.
+
+``Reduction`` describes reducing a lazy value over some dimensions; the scheduler always
+realizes it into a ``ComputedBuffer`` (one per output row), and fuses those buffers into kernels.
+
+Indices are ``Affine`` expressions over named loop variables (x0, r1, ...).  Keeping them affine
+is what lets the code generator see that ``x0 + 8*x1`` over a contiguous [.., 8] space is just
+the flat index (coalesced, vectorizable loads) without a symbolic algebra package.
+"""
+import math
+
+import torch
+
+
+class Affine:
+    """``sum(coef * term) + const`` where a term is a loop variable or an opaque ``(e // k)``
+    / ``(e % k)`` sub-expression; ``bounds[term]`` is its exclusive upper bound (all terms are
+    non-negative), which is enough to simplify the div/mod that reshapes introduce."""
+    __slots__ = ("coefs", "const", "bounds", "deps", "ops")
+
+    def __init__(self, coefs=None, const=0, bounds=None, deps=None, ops=None):
+        self.coefs = {t: c for t, c in (coefs or {}).items() if c != 0}
+        self.const = const
+        self.bounds = bounds or {}
+        self.deps = deps or {}  # opaque term -> the loop variables inside it
+        self.ops = ops or {}    # opaque term -> ("//" or "%", base Affine, k)
+
+    @staticmethod
+    def var(name, size):
+        return Affine({name: 1}, 0, {name: size}, {name: frozenset([name])})
+
+    @staticmethod
+    def lift(v):
+        return v if isinstance(v, Affine) else Affine(const=int(v))
+
+    def __add__(self, other):
+        other = Affine.lift(other)
+        coefs = dict(self.coefs)
+        for t, c in other.coefs.items():
+            coefs[t] = coefs.get(t, 0) + c
+        out = Affine(coefs, self.const + other.const, {**self.bounds, **other.bounds},
+                     {**self.deps, **other.deps}, {**self.ops, **other.ops})
+        return out._fold()
+
+    __radd__ = __add__
+
+    def __mul__(self, k):
+        return Affine({t: c * k for t, c in self.coefs.items()}, self.const * k, self.bounds, self.deps, self.ops)
+
+    def _fold(self):
+        """``k*c*(e // k) + c*(e % k)`` is ``c*e``: what a reshape that splits a dim and a
+        load that merges it back leave behind."""
+        for t, c in list(self.coefs.items()):
+            op = self.ops.get(t)
+            if op is None or op[0] != "//" or t not in self.coefs:
+                continue
+            _, e, k = op
+            for m, cm in list(self.coefs.items()):
+                mop = self.ops.get(m)
+                if mop and mop[0] == "%" and mop[2] == k and mop[1].key() == e.key() and c == cm * k:
+                    del self.coefs[t], self.coefs[m]
+                    return (self + e * cm)._fold()
+        return self
+
+    __rmul__ = __mul__
+
+    def max(self):
+        """Largest value the expression takes (terms range over [0, bound))."""
+        return self.const + sum(c * (self.bounds[t] - 1) for t, c in self.coefs.items() if c > 0)
+
+    def _split(self, k):
+        """(part divisible by k, remainder) when the remainder provably lies in [0, k)."""
+        div = Affine({t: c for t, c in self.coefs.items() if c % k == 0}, 0, self.bounds, self.deps, self.ops)
+        rest = Affine({t: c for t, c in self.coefs.items() if c % k != 0}, self.const, self.bounds, self.deps,
+                      self.ops)
+        if all(c > 0 for c in rest.coefs.values()) and rest.const >= 0 and rest.max() < k:
+            return div, rest
+        return None
+
+    def floordiv(self, k):
+        if k == 1:
+            return self
+        if not self.coefs:
+            return Affine(const=self.const // k)
+        split = self._split(k)
+        if split is not None:
+            div, _ = split
+            return Affine({t: c // k for t, c in div.coefs.items()}, 0, self.bounds, self.deps, self.ops)
+        return self._opaque(f"(({self.render()}) // {k})", -(-(self.max() + 1) // k), ("//", self, k))
+
+    def mod(self, k):
+        if k == 1:
+            return Affine()
+        if not self.coefs:
+            return Affine(const=self.const % k)
+        split = self._split(k)
+        if split is not None:
+            return split[1]
+        return self._opaque(f"(({self.render()}) % {k})", k, ("%", self, k))
+
+    def _opaque(self, text, bound, op):
+        deps = frozenset().union(*(self.deps[t] for t in self.coefs))
+        return Affine({text: 1}, 0, {**self.bounds, text: bound}, {**self.deps, text: deps},
+                      {**self.ops, text: op})
+
+    def render(self, plan=None):
+        """Text of the expression; ``plan`` maps merged loop variables (see kernel.py)."""
+        parts = []
+        for t in sorted(self.coefs, key=_term_order):
+            c = self.coefs[t]
+            if plan is not None and t in plan:
+                name, scale = plan[t]
+                if name is None:
+                    continue
+                t, c = name, c * scale
+            parts.append(t if c == 1 else f"{c}*{t}")
+        if self.const or not parts:
+            parts.append(str(self.const))
+        return " + ".join(parts).replace("+ -", "- ")
+
+    def key(self):
+        return self.render()
+
+    def __repr__(self):
+        return f"Affine({self.render()})"
+
+
+def _term_order(t):
+    return (len(t) > 4, t)
+
+
+def contiguous_strides(shape):
+    strides, acc = [], 1
+    for s in reversed(shape):
+        strides.append(acc)
+        acc *= max(s, 1)
+    return tuple(reversed(strides))
+
+
+def offset_of(index, stride):
+    off = Affine()
+    for i, s in zip(index, stride):
+        off = off + Affine.lift(i) * s
+    return off
+
+
+class Node:
+    """A lazy tensor value: ``load(k, index)`` emits code for one element into kernel ``k``."""
+    shape: tuple
+    dtype: torch.dtype
+
+    def numel(self):
+        return math.prod(self.shape)
+
+
+class Buffer(Node):
+    """A tensor in memory; ``name`` is its variable in the generated wrapper."""
+
+    def __init__(self, name, shape, stride, dtype, device):
+        self.name, self.shape, self.stride = name, tuple(shape), tuple(stride)
+        self.dtype, self.device = dtype, device
+
+    def load(self, k, index):
+        return k.load(self, offset_of(index, self.stride))
+
+    def __repr__(self):
+        return f"{type(self).__name__}({self.name}, {list(self.shape)}, {self.dtype})"
+
+
+class InputBuffer(Buffer):
+    pass
+
+
+class FallbackBuffer(Buffer):
+    """The result of an ATen call made by the wrapper."""
+
+
+class ComputedBuffer(Buffer):
+    """A buffer a generated kernel computes from ``body`` (a Pointwise or a Reduction)."""
+
+    def __init__(self, name, body, stride, device):
+        super().__init__(name, body.shape, stride, body.dtype, device)
+        self.body = body
+
+
+class Pointwise(Node):
+    def __init__(self, shape, dtype, fn, cost=1):
+        self.shape, self.dtype, self.fn, self.cost = tuple(shape), dtype, fn, cost
+
+    def load(self, k, index):
+        return k.memo(self, index, lambda: self.fn(k, index))
+
+
+class View(Node):
+    """``base`` seen through ``reindex`` (view index -> base index); ``aten`` = (op, args, kwargs)
+    replays the view on a real tensor when a fallback or an output needs one."""
+
+    def __init__(self, base, shape, reindex, aten):
+        self.base, self.shape, self.reindex, self.aten = base, tuple(shape), reindex, aten
+        self.dtype = base.dtype
+
+    def load(self, k, index):
+        return self.base.load(k, self.reindex(index))
+
+
+class Reduction(Node):
+    """Reduce ``inner`` (a function of an index into ``in_shape``) over ``dims`` with ``kind``
+    (sum, max, min).  The output has ``in_shape`` with ``dims`` dropped (or kept as 1s)."""
+
+    def __init__(self, in_shape, dims, kind, inner, dtype, keepdim):
+        self.in_shape, self.dims, self.kind, self.inner = tuple(in_shape), tuple(sorted(dims)), kind, inner
+        self.dtype, self.keepdim = dtype, keepdim
+        self.shape = tuple((1 if d in self.dims else s) for d, s in enumerate(in_shape)
+                           if keepdim or d not in self.dims)
+
+    def out_index(self, full_index):
+        """The output element a full input index contributes to."""
+        return [(0 if d in self.dims else i) for d, i in enumerate(full_index)
+                if self.keepdim or d not in self.dims]
+
+    def rnumel(self):
+        return math.prod(self.in_shape[d] for d in self.dims)
+
+
+class Unlowerable(Exception):
+    """Raised by a lowering that cannot handle its arguments: the node falls back to ATen."""

@@ -1,0 +1,307 @@
+"""Triton source for one Group (see scheduler.py).
+
+Pointwise kernel: a 1-D block of XBLOCK elements per program.  Row kernel: a 2-D block of
+XBLOCK rows by RBLOCK row elements; a persistent row kernel holds whole rows in registers, a
+looped one walks each row once per phase, carrying reductions in accumulators.
+
+Loop variables are named after the dimension they index (x0, r2, ...).  Before emitting, dims
+that every access walks contiguously are merged (``merge_plan``) so that a contiguous
+[B, H, W] pointwise op indexes memory with the flat ``x0``, which Triton can vectorize.
+"""
+import math
+import re
+
+from . import ops
+from .ir import Affine
+from .scheduler import triton_next_pow2
+
+LOOP_RBLOCK = 2048        # row elements per iteration of a looped row kernel (inner rows)
+POINTWISE_XBLOCK = 1024
+
+
+def merge_plan(dims, affines, blocked):
+    """Merge adjacent loop dims (outer, inner) that every affine access walks as one:
+    coef(outer) == coef(inner) * size(inner).  Returns (plan for Affine.render, merged dims)."""
+    chains = []
+    for n, s in dims:
+        if chains:
+            pn, _ = chains[-1][-1]
+            if n not in blocked and pn not in blocked and all(
+                    a.coefs.get(pn, 0) == a.coefs.get(n, 0) * s for a in affines):
+                chains[-1].append((n, s))
+                continue
+        chains.append([(n, s)])
+    plan, merged = {}, []
+    for ch in chains:
+        merged.append((ch[0][0], math.prod(s for _, s in ch)))
+        if len(ch) > 1:
+            for n, _ in ch[:-1]:
+                plan[n] = (None, 0)
+            plan[ch[-1][0]] = (ch[0][0], 1)
+    return plan, merged
+
+
+def _vars_of(a):
+    out = set()
+    for t in a.coefs:
+        out |= set(a.deps.get(t, ()))
+    return out
+
+
+class KernelCodegen:
+    def __init__(self, group, name, stored):
+        self.group, self.name, self.stored = group, name, stored
+        self.space = group.space
+        self.row = self.space.is_row
+        self.persistent = self.space.persistent()
+        self.params = {}          # buffer name -> kernel parameter name
+        self.in_count = self.out_count = 0
+        self.sections = {}        # section key -> list of lines
+        self.section = "body"
+        self.cse = {}
+        self.produced = {}        # buffer name -> value variable
+        self.count = 0
+        self._plan()
+
+    # ---- planning ----
+    def _plan(self):
+        """Choose the merged loop dims from every access of every member; a dim used inside a
+        div/mod or as a value (iota) keeps its own variable."""
+        affines, blocked = [], set()
+        for p in self.group.members:
+            affines += [off for _, off in p.rec.loads] + [p.store_offset]
+            for a in p.rec.raw:
+                blocked |= _vars_of(a)
+        space_vars = {f"x{d}" for d, _ in self.space.xsizes} | {f"r{d}" for d, _ in self.space.rsizes}
+        for a in affines:
+            for t in a.coefs:
+                if t not in space_vars:
+                    blocked |= set(a.deps.get(t, ()))
+        xs = [(f"x{d}", s) for d, s in self.space.xsizes if s > 1]
+        rs = [(f"r{d}", s) for d, s in self.space.rsizes if s > 1]
+        self.plan, self.xdims = merge_plan(xs, affines, blocked)
+        rplan, self.rdims = merge_plan(rs, affines, blocked)
+        self.plan.update(rplan)
+
+    # ---- the interface lazy IR values call ----
+    def emit(self, text):
+        if re.fullmatch(r"[A-Za-z_]\w*", text):
+            return text
+        key = (self._scope(), text)
+        if key not in self.cse:
+            var = f"tmp{self.count}"
+            self.count += 1
+            self.sections.setdefault(self.section, []).append(f"{var} = {text}")
+            self.cse[key] = var
+        return self.cse[key]
+
+    def memo(self, node, index, thunk):
+        key = (self._scope(), "memo", id(node), tuple(Affine.lift(i).key() for i in index))
+        if key not in self.cse:
+            self.cse[key] = thunk()
+        return self.cse[key]
+
+    def index_value(self, a):
+        return self.emit(self.render(Affine.lift(a)))
+
+    def render(self, a):
+        """Text of an index: loop variables mapped through the merge plan, and any run of
+        innermost dims an access walks contiguously written as ``xindex % n`` (or ``xindex``)
+        so Triton sees contiguity, e.g. a bias broadcast over rows."""
+        coefs = {}
+        for t, c in a.coefs.items():
+            name, scale = self.plan.get(t, (t, 1))
+            if name is not None:
+                coefs[name] = coefs.get(name, 0) + c * scale
+        for dims, flat in ((self.xdims, "xindex"), (self.rdims, "rindex")):
+            c, size, start = (coefs.get(dims[-1][0], 0) if dims else 0), 1, len(dims)
+            for i in reversed(range(len(dims))):
+                if c == 0 or coefs.get(dims[i][0], 0) != c * size:
+                    break
+                size, start = size * dims[i][1], i
+            if c and len(dims) - start >= 2:
+                for n, _ in dims[start:]:
+                    coefs.pop(n)
+                coefs[flat if start == 0 else f"({flat} % {size})"] = c
+        bounds = {t: 1 for t in coefs}
+        return Affine(coefs, a.const, bounds).render()
+
+    def load(self, buf, offset):
+        if buf.name in self.produced:
+            return self.produced[buf.name]
+        param = self._param(buf.name, "in_ptr")
+        vs = _vars_of(offset)
+        if not vs:
+            text = f"tl.load({param} + {self.render(offset)})"
+        else:
+            text = f"tl.load({param} + ({self.render(offset)}), {self._mask(vs)}, other=0)"
+        if ops.compute_dtype(buf.dtype) != buf.dtype:
+            text += f".to({ops.TL_DTYPE[ops.compute_dtype(buf.dtype)]})"
+        return self.emit(text)
+
+    # ---- helpers ----
+    def _scope(self):
+        return "all" if self.persistent else self.section
+
+    def _param(self, name, kind):
+        if name not in self.params:
+            if kind == "in_ptr":
+                self.params[name] = f"in_ptr{self.in_count}"
+                self.in_count += 1
+            else:
+                self.params[name] = f"out_ptr{self.out_count}"
+                self.out_count += 1
+        return self.params[name]
+
+    def _mask(self, vs):
+        has_x = any(v.startswith("x") for v in vs)
+        has_r = any(v.startswith("r") for v in vs)
+        if has_x and has_r:
+            return "xmask & rmask"
+        return "rmask" if has_r else "xmask"
+
+    def _store(self, p, value):
+        buf = p.buf
+        if buf.name not in self.stored:
+            return
+        param = self._param(buf.name, "out_ptr")
+        off = p.store_offset
+        vs = _vars_of(off)
+        index = self.render(off) if vs else f"0 * xindex + {off.const}"
+        cast = f".to({ops.TL_DTYPE[buf.dtype]})" if ops.compute_dtype(buf.dtype) != buf.dtype else ""
+        mask = self._mask(vs | ({"x"} if not vs else set()))
+        if self.row and p.level == "full" and self.space.rnumel > 1 and not any(v.startswith("r") for v in vs):
+            raise AssertionError("element store without row index")
+        self.sections.setdefault(self.section, []).append(
+            f"tl.store({param} + ({index}), {value}{cast}, {mask})")
+
+    # ---- generation ----
+    def generate(self):
+        for p in self.group.members:
+            self._member(p)
+        return self._assemble()
+
+    def _member(self, p):
+        if not self.row:
+            self.section = "body"
+        elif self.persistent:
+            self.section = "body"
+        else:
+            self.section = ("pre", p.phase) if p.level == "x" else ("loop", p.phase)
+        body = p.buf.body
+        if p.level != "red":
+            value = body.load(self, p.index)
+            self.produced[p.buf.name] = value
+            self._store(p, value)
+            return
+        value = body.inner(self, p.index)
+        red = body
+        neutral = ops.neutral(red.kind, red.acc_dtype)
+        nan = red.kind != "sum" and red.acc_dtype.is_floating_point  # max/min keep NaN, like eager
+        fn = f"tl.reduce({{}}, 1, {red.kind}_{'nan' if nan else 'op'})"  # helpers in wrapper.HEADER
+        if self.persistent:
+            masked = self.emit(f"tl.where(xmask & rmask, {value}, {neutral})")
+            result = self.emit(fn.format(masked) + "[:, None]")
+        else:
+            acc = f"acc{self.count}"
+            self.count += 1
+            tl_acc = ops.TL_DTYPE[red.acc_dtype]
+            self.sections.setdefault(("pre", p.phase), []).append(
+                f"{acc} = tl.full([XBLOCK, RBLOCK], {neutral}, {tl_acc})")
+            keep = ", propagate_nan=tl.PropagateNan.ALL" if nan else ""
+            combine = {"sum": f"{acc} + {value}", "max": f"tl.maximum({acc}, {value}{keep})",
+                       "min": f"tl.minimum({acc}, {value}{keep})"}[red.kind]
+            self.sections.setdefault(("loop", p.phase), []).append(
+                f"{acc} = tl.where(xmask & rmask, {combine}, {acc})")
+            self.section = ("post", p.phase)
+            result = self.emit(fn.format(acc) + "[:, None]")
+        if red.post is not None:
+            result = self.emit(red.post(result, red.rnumel()))
+        self.produced[p.buf.name] = result
+        self._store(p, result)
+
+    def _assemble(self):
+        """The kernel's source text, and its launch configuration."""
+        lines = self._assemble_body()
+        if self._needs_int64():  # offsets past 2**31 elements: index in 64 bits
+            lines = [l.replace("tl.program_id(0) * XBLOCK", "tl.program_id(0).to(tl.int64) * XBLOCK", 1)
+                     for l in lines]
+        return self._finish(lines)
+
+    def _needs_int64(self):
+        sizes = [self.space.xnumel * self.space.rnumel]
+        for p in self.group.members:
+            sizes += [p.store_offset.max()] + [off.max() for _, off in p.rec.loads]
+        return max(sizes) >= 2**31 - 1
+
+    def _assemble_body(self):
+        lines = []
+        used = set(re.findall(r"\b[xr]\d+\b", "\n".join(
+            "\n".join(v) for v in self.sections.values())))
+        if not self.row:
+            xblock = min(POINTWISE_XBLOCK, triton_next_pow2(self.space.xnumel))
+            lines += ["xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)",
+                      f"xmask = xindex < {self.space.xnumel}"]
+            lines += self._define(self.xdims, "xindex", used)
+            lines += self.sections.get("body", [])
+            config = {"XBLOCK": xblock}
+            warps = max(1, min(4, xblock // 128))
+            grid = -(-self.space.xnumel // xblock)
+        else:
+            config, warps = self._row_config()
+            grid = -(-self.space.xnumel // config["XBLOCK"])
+            lines += ["xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]",
+                      f"xmask = xindex < {self.space.xnumel}"]
+            lines += self._define(self.xdims, "xindex", used)
+            lines += ["rbase = tl.arange(0, RBLOCK)[None, :]"]
+            lines += self._row_body(used)
+        self._launch = (grid, config, warps)
+        return lines
+
+    def _finish(self, lines):
+        grid, config, warps = self._launch
+        params = list(self.params.values())
+        sig = ", ".join(params + [f"{k}: tl.constexpr" for k in config])
+        src = [f"@triton.jit", f"def {self.name}({sig}):"] + ["    " + l for l in lines]
+        return "\n".join(src), list(self.params), grid, config, warps
+
+    def _row_body(self, used):
+        rdefs = ["rmask = rindex < " + str(self.space.rnumel)] + self._define(self.rdims, "rindex", used)
+        if self.persistent:
+            return ["rindex = rbase"] + rdefs + self.sections.get("body", [])
+        out = []
+        phases = sorted({k[1] for k in self.sections if isinstance(k, tuple)})
+        for ph in range(max(phases) + 1 if phases else 0):
+            out += self.sections.get(("pre", ph), [])
+            loop = self.sections.get(("loop", ph), [])
+            if loop:
+                out += [f"for roffset in range(0, {self.space.rnumel}, RBLOCK):",
+                        "    rindex = roffset + rbase"]
+                out += ["    " + l for l in rdefs + loop]
+            out += self.sections.get(("post", ph), [])
+        return out
+
+    def _row_config(self):
+        r2 = triton_next_pow2(self.space.rnumel)
+        x2 = triton_next_pow2(self.space.xnumel)
+        inner = bool(self.space.rsizes) and self.space.rsizes[-1][0] == len(self.space.shape) - 1
+        if self.persistent:
+            rblock = r2
+            xblock = max(1, min(x2, (4096 if inner else 2048) // rblock))
+        else:
+            rblock = LOOP_RBLOCK if inner else 16
+            xblock = 1 if inner else min(x2, 64)
+        warps = max(1, min(16, xblock * rblock // 512))
+        return {"XBLOCK": xblock, "RBLOCK": rblock}, warps
+
+    def _define(self, dims, flat, used):
+        """Loop variables of the merged dims from the flat block index, outermost last-defined."""
+        out, inner = [], 1
+        for i, (name, size) in enumerate(reversed(dims)):
+            if name in used:
+                outermost = i == len(dims) - 1
+                e = flat if inner == 1 else f"({flat} // {inner})"
+                out.append(f"{name} = {e}" if outermost else f"{name} = {e} % {size}")
+            inner *= size
+        return out
+

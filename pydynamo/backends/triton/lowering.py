@@ -1,0 +1,225 @@
+"""GraphLowering: walks an ATen FX graph once and turns it into an ordered list of *items*:
+``ComputedBuffer`` (work for generated kernels), ``FallbackOp`` (an ATen call made by the
+wrapper) and ``ViewOp`` (a view replayed on a real tensor, free).
+
+Pointwise values stay lazy and are inlined into their users; a value becomes a buffer only
+when something needs memory: a reduction, an ATen fallback, a graph output, or a pointwise
+value so widely used that recomputing it would cost more reads than storing it.
+"""
+import operator
+
+import torch
+from torch.fx.node import map_arg
+
+from .ir import (Buffer, ComputedBuffer, FallbackBuffer, InputBuffer, Node, Pointwise, Reduction,
+                 Unlowerable, View, contiguous_strides)
+from .lowerings import LOWERINGS
+
+# A pointwise value with several users is stored rather than recomputed past these sizes
+# (distinct buffers it reads, ops it inlines).
+REALIZE_READS = 4
+REALIZE_COST = 30
+
+
+class TensorRef:
+    """A wrapper variable standing for a tensor inside a FallbackOp's arguments."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __repr__(self):
+        return self.name
+
+
+class FallbackOp:
+    """``name = op(*args, **kwargs)`` in the wrapper; ``outputs`` are the FallbackBuffers
+    (``name[i]`` for ops returning several tensors)."""
+
+    def __init__(self, name, op, args, kwargs, outputs, aliasing):
+        self.name, self.op, self.args, self.kwargs = name, op, args, kwargs
+        self.outputs, self.aliasing = outputs, aliasing
+        self.reads = set()
+        map_aggregate(args, lambda a: self.reads.add(a.name) if isinstance(a, TensorRef) else None)
+        map_aggregate(kwargs, lambda a: self.reads.add(a.name) if isinstance(a, TensorRef) else None)
+
+
+class ViewOp:
+    """``name = op(base, *args, **kwargs)``: a view of a real tensor, for fallbacks and outputs."""
+
+    def __init__(self, name, base, op, args, kwargs):
+        self.name, self.base, self.op, self.args, self.kwargs = name, base, op, args, kwargs
+        self.reads = {base}
+
+
+def map_aggregate(a, fn):
+    if isinstance(a, (list, tuple)):
+        return type(a)(map_aggregate(x, fn) for x in a)
+    if isinstance(a, dict):
+        return {k: map_aggregate(v, fn) for k, v in a.items()}
+    return fn(a)
+
+
+def dense_strides(shape, stride):
+    """``stride`` if it lays ``shape`` out densely (some permutation of row-major), else None."""
+    dims = sorted((d for d in range(len(shape)) if shape[d] != 1), key=lambda d: stride[d])
+    acc = 1
+    for d in dims:
+        if stride[d] != acc:
+            return None
+        acc *= shape[d]
+    return tuple(stride)
+
+
+class GraphLowering:
+    def __init__(self, gm):
+        self.gm = gm
+        self.items = []          # ComputedBuffer | FallbackOp | ViewOp, in execution order
+        self.inputs = []         # InputBuffer per placeholder
+        self.constants = []      # (InputBuffer, tensor) for get_attr tensors
+        self.outputs = []        # wrapper expressions for the graph's outputs
+        self.device = None
+        self.env = {}
+        self._realized = {}      # id(lazy value) -> ComputedBuffer
+        self._views = {}         # id(View) -> wrapper name
+        self._count = 0
+
+    def new_name(self, prefix="buf"):
+        self._count += 1
+        return f"{prefix}{self._count - 1}"
+
+    def run(self):
+        for node in self.gm.graph.nodes:
+            if node.op == "placeholder":
+                self.env[node] = self.input(node, node.name)
+                self.inputs.append(self.env[node])
+            elif node.op == "get_attr":
+                value = getattr(self.gm, node.target)
+                buf = self.input(node, self.new_name("const"), value)
+                self.constants.append((buf, value))
+                self.env[node] = buf
+            elif node.op == "call_function":
+                self.env[node] = self.lower(node)
+            elif node.op == "output":
+                outs = node.args[0]
+                outs = outs if isinstance(outs, (list, tuple)) else [outs]
+                self.outputs = [self.output(a) for a in outs]
+            else:
+                raise NotImplementedError(node.op)
+        return self
+
+    def input(self, node, name, value=None):
+        val = value if value is not None else node.meta.get("val")
+        if not isinstance(val, torch.Tensor) or val.layout != torch.strided:
+            raise NotImplementedError(f"input {name} is not a strided tensor")
+        if self.device is None:
+            self.device = val.device
+        elif val.device != self.device:
+            raise NotImplementedError("inputs on several devices")
+        return InputBuffer(name, val.shape, val.stride(), val.dtype, val.device)
+
+    def lookup(self, n):
+        v = self.env[n]
+        return self._realized.get(id(v), v)
+
+    def lower(self, node):
+        args = map_arg(node.args, self.lookup)
+        kwargs = map_arg(node.kwargs, self.lookup)
+        fn = LOWERINGS.get(node.target)
+        if fn is not None and self._lowerable(node, args, kwargs):
+            try:
+                value = fn(self, node, *args, **kwargs)
+            except Unlowerable:
+                value = None
+            if value is not None:
+                return self._maybe_realize(node, value)
+        return self.fallback(node, args, kwargs)
+
+    def _lowerable(self, node, args, kwargs):
+        """Only tensors on the graph's device, with elements, reach our kernels."""
+        if node.target is operator.getitem:
+            return True
+        val = node.meta.get("val")
+        vals = val if isinstance(val, (list, tuple)) else [val]
+        bufs = []
+        map_aggregate((args, kwargs), lambda a: bufs.append(a) if isinstance(a, Buffer) else None)
+        return all(isinstance(v, torch.Tensor) and v.numel() > 0 and v.device == self.device for v in vals) and \
+            all(b.device == self.device for b in bufs)
+
+    def _maybe_realize(self, node, value):
+        if isinstance(value, Pointwise) and len(node.users) > 1 and (
+                len(value.reads) > REALIZE_READS or value.cost > REALIZE_COST):
+            return self.realize(value, node)
+        return value
+
+    def realize(self, value, node=None):
+        """The value as a Buffer, adding a ComputedBuffer to the items if it is lazy."""
+        if isinstance(value, Buffer):
+            return value
+        if id(value) in self._realized:
+            return self._realized[id(value)]
+        if isinstance(value, View):
+            value = Pointwise(value.shape, value.dtype, value.load)
+        stride = contiguous_strides(value.shape)
+        val = node.meta.get("val") if node is not None else None
+        if isinstance(val, torch.Tensor) and tuple(val.shape) == tuple(value.shape):
+            stride = dense_strides(value.shape, val.stride()) or stride
+        buf = ComputedBuffer(self.new_name(), value, stride, self.device)
+        self.items.append(buf)
+        self._realized[id(value)] = buf
+        return buf
+
+    def as_tensor(self, value, node=None):
+        """Name of a wrapper variable holding ``value`` as a real tensor."""
+        if isinstance(value, View):
+            if id(value) not in self._views:
+                base = self.as_tensor(value.base)
+                op, args, kwargs = value.aten
+                name = self.new_name("view")
+                self.items.append(ViewOp(name, base, op, args, kwargs))
+                self._views[id(value)] = name
+            return self._views[id(value)]
+        return self.realize(value, node).name
+
+    def fallback(self, node, args, kwargs):
+        op = node.target
+        if not isinstance(op, torch._ops.OpOverload):
+            raise NotImplementedError(f"call to {op} in an ATen graph")
+        nodes = {id(a): a for a in node.all_input_nodes}
+        lookup_node = {id(self.lookup(n)): n for n in nodes.values()}
+
+        def ref(a):
+            if isinstance(a, Node):
+                return TensorRef(self.as_tensor(a, lookup_node.get(id(a))))
+            return a
+        args, kwargs = map_aggregate(args, ref), map_aggregate(kwargs, ref)
+        name = self.new_name()
+        aliasing = any(r.alias_info is not None for r in op._schema.returns)
+        val = node.meta.get("val")
+        if isinstance(val, (list, tuple)):
+            outs = [self._fallback_out(f"{name}_{i}", v) for i, v in enumerate(val)]
+            result = outs
+        else:
+            outs = [self._fallback_out(name, val)]
+            result = outs[0]
+        item = FallbackOp(name, op, args, kwargs, outs, aliasing)
+        item.multi = isinstance(val, (list, tuple))
+        self.items.append(item)
+        return result
+
+    def _fallback_out(self, name, val):
+        if isinstance(val, torch.Tensor):
+            return FallbackBuffer(name, val.shape, val.stride(), val.dtype, val.device)
+        return val  # a static int or None: a Python constant
+
+    def output(self, a):
+        if isinstance(a, torch.fx.Node):
+            v = self.lookup(a)
+            if isinstance(v, (Node,)):
+                return self.as_tensor(v, a)
+            if isinstance(v, (list, tuple)):
+                raise NotImplementedError("list output")
+            return repr(v)
+        return repr(a)
+
+
+__all__ = ["GraphLowering", "FallbackOp", "ViewOp", "TensorRef", "Reduction", "Pointwise"]

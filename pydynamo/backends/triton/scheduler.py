@@ -1,0 +1,208 @@
+"""Fusion: grouping ComputedBuffers into kernels.
+
+A kernel iterates one *space*: a pointwise space (every element of one shape) or a row space
+(the elements of ``in_shape`` split into kept dims, the rows ``x``, and reduced dims ``r``).
+Each buffer is placed in the space at a *level*: ``full`` (one value per element), ``x`` (one
+per row) or ``red`` (a reduction: full in, x out).  A buffer joins the kernel being built when
+its shape fits the space and everything it reads from that kernel is read at exactly the place
+where the kernel writes it (so the value is still in registers of the same program).
+
+The check is a dry run: the buffer's element function is evaluated with a ``Recorder`` in
+place of a kernel, which notes every load and index use instead of emitting code.
+
+A row too long for registers (more than PERSISTENT_MAX) makes a *looped* kernel: one loop over
+the row per *phase*; a value needing a reduction's result goes in a later phase than it.
+"""
+import math
+
+from .ir import Affine, ComputedBuffer, Reduction, offset_of
+
+PERSISTENT_MAX = 4096
+
+
+class NotFusable(Exception):
+    pass
+
+
+class Space:
+    """An iteration space: ``xsizes``/``rsizes`` are (dim, size) pairs of the loop variables."""
+
+    def __init__(self, shape, dims=None):
+        self.shape, self.dims = tuple(shape), (None if dims is None else tuple(dims))
+        dims = self.dims or ()
+        self.xsizes = [(d, s) for d, s in enumerate(self.shape) if d not in dims]
+        self.rsizes = [(d, s) for d, s in enumerate(self.shape) if d in dims]
+        self.is_row = self.dims is not None
+        self.xnumel = math.prod(s for _, s in self.xsizes)
+        self.rnumel = math.prod(s for _, s in self.rsizes)
+
+    def key(self):
+        return (self.shape, self.dims)
+
+    def full_index(self):
+        return [Affine() if s == 1 else Affine.var(("r" if self.is_row and d in self.dims else "x") + str(d), s)
+                for d, s in enumerate(self.shape)]
+
+    def persistent(self):
+        return not self.is_row or triton_next_pow2(self.rnumel) <= PERSISTENT_MAX
+
+    def place(self, buf):
+        """(level, index into buf.body's own shape) or None when buf does not fit here."""
+        body, full = buf.body, self.full_index()
+        if isinstance(body, Reduction):
+            if self.is_row and body.in_shape == self.shape and body.dims == self.dims:
+                return "red", full
+            return None
+        if body.shape == self.shape:
+            return "full", full
+        if self.is_row:
+            kept = [i for d, i in enumerate(full) if d not in self.dims]
+            keep1 = [Affine() if d in self.dims else i for d, i in enumerate(full)]
+            if body.shape == tuple(s for d, s in self.xsizes):
+                return "x", kept
+            if body.shape == tuple(1 if d in self.dims else s for d, s in enumerate(self.shape)):
+                return "x", keep1
+        return None
+
+    def store_index(self, buf, level, index):
+        return buf.body.out_index(index) if level == "red" else index
+
+
+def triton_next_pow2(n):
+    return 1 << max(0, (n - 1).bit_length())
+
+
+class Recorder:
+    """Stands in for a kernel during a dry run: records what a body loads and which loop
+    variables it uses as values."""
+
+    def __init__(self):
+        self.loads = []       # (buffer name, Affine offset)
+        self.raw = []         # Affines used as values (iota)
+
+    def load(self, buf, offset):
+        self.loads.append((buf.name, offset))
+        return "v"
+
+    def emit(self, text):
+        return "t"
+
+    def memo(self, node, index, thunk):
+        return thunk()
+
+    def index_value(self, a):
+        self.raw.append(Affine.lift(a))
+        return "i"
+
+
+class Placed:
+    """A buffer inside a group: its level, phase, the index it is computed at, its loads."""
+
+    def __init__(self, buf, level, index, rec, store_offset):
+        self.buf, self.level, self.index, self.rec = buf, level, index, rec
+        self.store_offset = store_offset
+        self.phase = 0
+
+
+class Group:
+    """A kernel under construction."""
+
+    def __init__(self, space):
+        self.space, self.members = space, []
+
+    def names(self):
+        return {p.buf.name: p for p in self.members}
+
+    def try_add(self, buf, available):
+        """Add ``buf`` (maybe widening a pointwise space into a row space) or raise NotFusable.
+        ``available``: buffer names computed before this kernel starts."""
+        space = self.space
+        body = buf.body
+        if isinstance(body, Reduction) and not space.is_row:
+            space = Space(body.in_shape, body.dims)
+        members = self.members if space is self.space else [p.buf for p in self.members]
+        placed = _place_all(space, members, available) if space is not self.space else list(members)
+        placed.append(_place_one(space, buf, placed, available))
+        self.space, self.members = space, placed
+
+
+def _place_all(space, bufs, available):
+    placed = []
+    for b in bufs:
+        placed.append(_place_one(space, b, placed, available))
+    return placed
+
+
+def _place_one(space, buf, placed, available):
+    fit = space.place(buf)
+    if fit is None:
+        raise NotFusable("shape")
+    level, index = fit
+    rec = Recorder()
+    if level == "red":
+        buf.body.inner(rec, index)
+    else:
+        buf.body.load(rec, index)
+    p = Placed(buf, level, index, rec, offset_of(space.store_index(buf, level, index), buf.stride))
+    inside = {q.buf.name: q for q in placed}
+    looped = not space.persistent()
+    for name, off in rec.loads:
+        q = inside.get(name)
+        if q is None:
+            if name not in available:
+                raise NotFusable(f"{name} is computed after this kernel starts")
+            continue
+        if off.key() != q.store_offset.key():
+            raise NotFusable(f"{name} read at another element than written")
+        if q.level == "full" and level == "x":
+            raise NotFusable("row value from elements")
+        p.phase = max(p.phase, q.phase + (1 if q.level == "red" else 0))
+    if looped:
+        for name, off in rec.loads:
+            q = inside.get(name)
+            if q is not None and q.level == "full" and q.phase != p.phase:
+                raise NotFusable("element value from an earlier loop")
+    return p
+
+
+def schedule(items, inputs=()):
+    """Items -> sequence of Group | FallbackOp | ViewOp, fusing greedily into the last group.
+    ``inputs``: names of the graph's inputs and constants."""
+    seq, available = [], set(inputs)
+    for it in items:
+        if isinstance(it, ComputedBuffer):
+            last = _last_group(seq)
+            try:
+                if last is None:
+                    raise NotFusable("no kernel to join")
+                last.try_add(it, last.available)
+            except NotFusable:
+                g = Group(Space(it.body.in_shape, it.body.dims) if isinstance(it.body, Reduction)
+                          else Space(it.shape))
+                g.available = set(available)
+                g.try_add(it, g.available)
+                seq.append(g)
+            available.add(it.name)
+        else:
+            seq.append(it)
+            available.update(_produced(it))
+    return seq
+
+
+def _last_group(seq):
+    """The most recent group, if only views stand between it and now (a view of a buffer
+    does not need the buffer's kernel to have finished being built)."""
+    for it in reversed(seq):
+        if isinstance(it, Group):
+            return it
+        if type(it).__name__ != "ViewOp":
+            return None
+    return None
+
+
+def _produced(it):
+    names = {it.name}
+    for o in getattr(it, "outputs", []):
+        if hasattr(o, "name"):
+            names.add(o.name)
+    return names

@@ -1,0 +1,130 @@
+"""The triton backend on whole blocks, forward and backward (AOTAutograd hands it both graphs),
+through Triton's CPU interpreter: a GELU MLP, attention with its matmuls in ATen, a small
+transformer block with cross-entropy.  Loss and every gradient are compared with eager."""
+import copy
+import math
+import os
+import tempfile
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported: kernels run on the CPU
+os.environ.setdefault("PYDYNAMO_CACHE_DIR", tempfile.mkdtemp(prefix="pydynamo-test-cache-"))
+
+import logging  # noqa: E402
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+pytest.importorskip("triton")
+
+from pydynamo.backends.triton import triton_backend  # noqa: E402
+
+os.environ["PYDYNAMO_TRITON_STRICT"] = "1"
+
+
+class MLP(nn.Module):
+    def __init__(self, d=16, h=32):
+        super().__init__()
+        self.lin1, self.lin2 = nn.Linear(d, h), nn.Linear(h, d)
+
+    def forward(self, x):
+        return self.lin2(F.gelu(self.lin1(x))) + x
+
+
+class Attention(nn.Module):
+    def __init__(self, d=16, heads=2):
+        super().__init__()
+        self.heads, self.qkv, self.proj = heads, nn.Linear(d, 3 * d), nn.Linear(d, d)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=2)
+        q = q.view(B, T, self.heads, C // self.heads).transpose(1, 2)
+        k = k.view(B, T, self.heads, C // self.heads).transpose(1, 2)
+        v = v.view(B, T, self.heads, C // self.heads).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(C // self.heads))
+        mask = torch.ones_like(att[0, 0]).tril() == 0
+        att = torch.softmax(att.masked_fill(mask, float("-inf")), dim=-1)
+        y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+        return self.proj(y)
+
+
+class Block(nn.Module):
+    def __init__(self, d=16, vocab=11):
+        super().__init__()
+        self.emb, self.ln1, self.attn = nn.Embedding(vocab, d), nn.LayerNorm(d), Attention(d)
+        self.ln2, self.mlp, self.head = nn.LayerNorm(d), MLP(d), nn.Linear(d, vocab)
+
+    def forward(self, idx, targets):
+        x = self.emb(idx)
+        x = x + self.attn(self.ln1(x))
+        x = self.mlp(self.ln2(x))
+        logits = self.head(x)
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+
+def compile_module(model, *inputs):
+    gm = torch.fx.symbolic_trace(model)
+    return triton_backend(gm, list(inputs))
+
+
+def train_step_matches(model, inputs, atol=1e-5, rtol=1e-4):
+    ref = copy.deepcopy(model)
+    compiled = compile_module(model, *inputs)
+    out = compiled(*inputs)
+    loss = out.float().pow(2).mean() if out.dim() else out
+    loss.backward()
+    ref_out = ref(*inputs)
+    ref_loss = ref_out.float().pow(2).mean() if ref_out.dim() else ref_out
+    ref_loss.backward()
+    torch.testing.assert_close(loss, ref_loss, atol=atol, rtol=rtol)
+    for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, atol=atol, rtol=rtol, msg=lambda m: f"{name}: {m}")
+
+
+def test_gelu_mlp_inference(caplog):
+    caplog.set_level(logging.INFO, logger="pydynamo.output_code")
+    model = MLP()
+    x = torch.randn(4, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(compile_module(model, x)(x), model(x), atol=1e-5, rtol=1e-5)
+    src = [r.args[1] for r in caplog.records][-1]
+    assert src.count("torch.ops.aten.addmm.default") + src.count("torch.ops.aten.mm.default") == 2
+    assert src.count("\ndef triton_") <= 2  # gelu, and bias + residual
+
+
+def test_gelu_mlp_training():
+    x = torch.randn(2, 3, 16, requires_grad=False)
+    train_step_matches(MLP(), [x])
+
+
+def test_input_gradients():
+    x = torch.randn(4, 12, requires_grad=True)
+    w = torch.randn(12)
+    f = lambda x: (F.layer_norm(x, (12,), w) * torch.softmax(x, -1)).sum()  # noqa: E731
+    compiled = triton_backend(torch.fx.symbolic_trace(f), [x])
+    loss = compiled(x)
+    (g,) = torch.autograd.grad(loss, x)
+    x2 = x.detach().clone().requires_grad_()
+    (g_ref,) = torch.autograd.grad(f(x2), x2)
+    torch.testing.assert_close(g, g_ref, atol=1e-5, rtol=1e-4)
+
+
+def test_attention_training():
+    torch.manual_seed(0)
+    train_step_matches(Attention(), [torch.randn(2, 5, 16)])
+
+
+def test_transformer_block_cross_entropy_training():
+    torch.manual_seed(0)
+    idx, tgt = torch.randint(0, 11, (2, 6)), torch.randint(0, 11, (2, 6))
+    train_step_matches(Block(), [idx, tgt], atol=2e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_mlp_training_half(dtype):
+    torch.manual_seed(0)
+    model = MLP().to(dtype)
+    x = torch.randn(4, 16, dtype=dtype)
+    train_step_matches(model, [x], atol=5e-2, rtol=5e-2)

@@ -1,0 +1,258 @@
+"""Benchmark pydynamo's "triton" backend against eager and Inductor (issue 6, item 5).
+
+    python tools/bench_triton.py            # on a CUDA machine: the full table
+    python tools/bench_triton.py --quick    # smaller shapes
+    TRITON_INTERPRET=1 python tools/bench_triton.py --smoke   # tiny shapes on the CPU, no Inductor
+
+Both compilers get the same FX graph (torch.fx.symbolic_trace of the workload) and the same
+example inputs: ``triton_backend(gm, inputs)`` and Inductor's ``compile_fx(gm, inputs)``.
+Reported per workload: time per call (ms, CUDA events via triton.testing.do_bench), achieved
+GB/s for the memory-bound ones against a device-to-device copy's GB/s, cold compile time (fresh
+pydynamo, Inductor and Triton caches; graph -> first result), and our/Inductor ratios.
+Targets: (a) >= 90% of copy bandwidth; (b)-(e) time ratio <= 1.0; compile ratio <= 0.5.
+"""
+import argparse
+import contextlib
+import copy
+import math
+import os
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+
+# ---- workloads: (name, fn or module, inputs, bytes moved or None, training) ----
+
+def pointwise(a, b, c):
+    return F.gelu(a * b + c) * torch.sigmoid(b)
+
+
+def softmax(x):
+    return torch.softmax(x, dim=-1)
+
+
+class LNRelu(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.ln = nn.LayerNorm(d)
+
+    def forward(self, x):
+        return F.relu(self.ln(x)) + x
+
+
+class MLPBlock(nn.Module):
+    def __init__(self, d, h):
+        super().__init__()
+        self.lin1, self.lin2 = nn.Linear(d, h), nn.Linear(h, d)
+
+    def forward(self, x):
+        return self.lin2(F.gelu(self.lin1(x))) + x
+
+
+class GPT(nn.Module):
+    """A small GPT: token + position embedding, pre-LN blocks, causal attention with the
+    matmuls written out (so the backend sees softmax and masking), tied-free LM head."""
+
+    def __init__(self, vocab, d, heads, layers, T):
+        super().__init__()
+        self.tok, self.pos = nn.Embedding(vocab, d), nn.Embedding(T, d)
+        self.blocks = nn.ModuleList(GPTBlock(d, heads, T) for _ in range(layers))
+        self.ln, self.head = nn.LayerNorm(d), nn.Linear(d, vocab, bias=False)
+
+    def forward(self, idx, targets, pos):
+        x = self.tok(idx) + self.pos(pos)
+        for b in self.blocks:
+            x = b(x)
+        logits = self.head(self.ln(x))
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+
+class GPTBlock(nn.Module):
+    def __init__(self, d, heads, T):
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.fc1, self.fc2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+        self.register_buffer("mask", torch.ones(T, T).tril() == 0)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(C, dim=2)
+        hd = C // self.heads
+        q = q.view(B, T, self.heads, hd).transpose(1, 2)
+        k = k.view(B, T, self.heads, hd).transpose(1, 2)
+        v = v.view(B, T, self.heads, hd).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))
+        att = torch.softmax(att.masked_fill(self.mask, float("-inf")), dim=-1)
+        y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+        x = x + self.proj(y)
+        return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+
+
+def workloads(device, scale):
+    n = 64 * 2**20 // scale
+    R, C = 8192 // scale, 4096 // max(1, scale // 64)
+    f32, bf16 = torch.float32, torch.bfloat16
+    rnd = lambda *s, dtype=f32: torch.randn(*s, device=device, dtype=dtype)  # noqa: E731
+    out = [("a: gelu(a*b+c)*sigmoid(b) f32", pointwise, [rnd(n), rnd(n), rnd(n)], 4 * n * 4, False)]
+    for dt, name in ((f32, "f32"), (bf16, "bf16")):
+        x = rnd(R, C, dtype=dt)
+        out.append((f"b: softmax {R}x{C} {name}", softmax, [x], 2 * x.numel() * x.element_size(), False))
+    for dt, name in ((f32, "f32"), (bf16, "bf16")):
+        x = rnd(R, C, dtype=dt)
+        out.append((f"c: relu(layer_norm(x))+x {R}x{C} {name}", LNRelu(C).to(device, dt), [x],
+                    2 * x.numel() * x.element_size(), False))
+    d = 4096 // scale if scale > 1 else 4096
+    out.append((f"d: mlp bf16 {d}x{d}", MLPBlock(d, 4 * d).to(device, bf16), [rnd(d, d, dtype=bf16)], None, False))
+    T, B = (256, 8) if scale == 1 else (16, 2)
+    vocab, dm = (8192, 512) if scale == 1 else (64, 32)
+    gpt = GPT(vocab, dm, 8 if scale == 1 else 2, 4 if scale == 1 else 1, T).to(device)
+    idx = torch.randint(0, vocab, (B, T), device=device)
+    tgt = torch.randint(0, vocab, (B, T), device=device)
+    pos = torch.arange(T, device=device)
+    out.append((f"e: gpt train step B{B} T{T} d{dm}", gpt, [idx, tgt, pos], None, True))
+    return out
+
+
+# ---- measuring ----
+
+@contextlib.contextmanager
+def fresh_caches():
+    """Cold compile: empty pydynamo, Inductor and Triton caches, and no in-memory modules."""
+    saved = {k: os.environ.get(k) for k in ("PYDYNAMO_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")}
+    with tempfile.TemporaryDirectory() as d:
+        for k in saved:
+            os.environ[k] = os.path.join(d, k.lower())
+        from pydynamo.backends.triton import runtime
+        runtime._modules.clear()
+        try:
+            yield
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
+
+def compile_with(backend, fn, inputs):
+    gm = torch.fx.symbolic_trace(fn)
+    if backend == "eager":
+        return fn
+    if backend == "triton":
+        from pydynamo.backends.triton import triton_backend
+        compiled = triton_backend(gm, inputs)
+    else:
+        import torch._inductor.config as cfg
+        from torch._inductor.compile_fx import compile_fx
+        cfg.fx_graph_cache = False
+        cfg.autotune_local_cache = False
+        compiled = compile_fx(gm, inputs)
+    return compiled
+
+
+def step(fn, inputs, training):
+    """One call (plus backward when training); returns the outputs for checking."""
+    out = fn(*inputs)
+    out = out[0] if isinstance(out, (list, tuple)) and len(out) == 1 else out
+    if training:
+        out.backward()
+    return out
+
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def timed(fn, device, iters=20):
+    if device.type == "cuda":
+        from triton.testing import do_bench
+        return do_bench(fn, warmup=10, rep=100)
+    fn()
+    t = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    return (time.perf_counter() - t) / iters * 1e3
+
+
+def copy_gbps(device, nbytes):
+    src = torch.empty(nbytes // 4, device=device)
+    dst = torch.empty_like(src)
+    ms = timed(lambda: dst.copy_(src), device)
+    return 2 * nbytes / ms / 1e6
+
+
+def run_one(backend, fn, inputs, training, device):
+    module = isinstance(fn, nn.Module)
+    fn = copy.deepcopy(fn) if module else fn
+    with fresh_caches():
+        t0 = time.perf_counter()
+        compiled = compile_with(backend, fn, inputs)
+        out = step(compiled, inputs, training)
+        sync(device)
+        compile_s = time.perf_counter() - t0
+    out = out.detach().clone()
+    grads = [None if p.grad is None else p.grad.clone() for p in fn.parameters()] if training else None
+    ms = timed(lambda: step(compiled, inputs, training), device)
+    return ms, compile_s, out, grads
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="shapes 16x smaller")
+    ap.add_argument("--smoke", action="store_true", help="tiny shapes, CPU with TRITON_INTERPRET=1, no Inductor")
+    ap.add_argument("--only", default="", help="run workloads whose name starts with these letters, e.g. 'ab'")
+    args = ap.parse_args()
+    device = torch.device("cuda" if torch.cuda.is_available() and not args.smoke else "cpu")
+    if device.type == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+        sys.exit("needs CUDA (or --smoke with TRITON_INTERPRET=1)")
+    scale = 4096 if args.smoke else (16 if args.quick else 1)
+    backends = ["eager", "triton"] + ([] if args.smoke else ["inductor"])
+    torch.manual_seed(0)
+    copy_bw = copy_gbps(device, 256 * 2**20 // scale)
+    name = torch.cuda.get_device_name() if device.type == "cuda" else "cpu (interpreter)"
+    print(f"device: {name}; device-to-device copy: {copy_bw:.0f} GB/s")
+    cols = ("workload", "eager ms", "inductor ms", "triton ms", "t/ind", "GB/s", "%copy",
+            "ind cold s", "tri cold s", "t/ind cold", "max err")
+    print("| " + " | ".join(cols) + " |")
+    print("|" + "---|" * len(cols))
+    for wname, fn, inputs, nbytes, training in workloads(device, scale):
+        if args.only and wname[0] not in args.only:
+            continue
+        res = {}
+        for b in backends:
+            try:
+                res[b] = run_one(b, fn, inputs, training, device)
+            except Exception as e:  # keep the table going; show what failed
+                print(f"  {wname}: {b} failed: {type(e).__name__}: {e}")
+        row = _row(wname, res, nbytes, copy_bw)
+        print("| " + " | ".join(row) + " |", flush=True)
+
+
+def _row(wname, res, nbytes, copy_bw):
+    f = lambda v, p=3: "-" if v is None else f"{v:.{p}f}"  # noqa: E731
+    get = lambda b, i: res[b][i] if b in res else None  # noqa: E731
+    tri, ind = get("triton", 0), get("inductor", 0)
+    gbps = nbytes / tri / 1e6 if nbytes and tri else None
+    err = None
+    if "triton" in res and "eager" in res:
+        a, e = res["triton"][2], res["eager"][2]
+        err = (a.float() - e.float()).abs().max().item()
+        if res["triton"][3]:
+            err = max([err] + [(x - y).abs().max().item() for x, y in zip(res["triton"][3], res["eager"][3])
+                               if x is not None and y is not None])
+    return [wname, f(get("eager", 0)), f(ind), f(tri), f(tri / ind if tri and ind else None, 2),
+            f(gbps, 0), f(100 * gbps / copy_bw if gbps else None, 0), f(get("inductor", 1), 2),
+            f(get("triton", 1), 2), f(get("triton", 1) / get("inductor", 1) if ind else None, 2), f(err, 4)]
+
+
+if __name__ == "__main__":
+    main()
