@@ -33,9 +33,10 @@ def _describe(obj):
     return f"<{type(obj).__name__} object at {id(obj):#x}>"
 
 
-def _equals_supported(value):
+def equals_supported(value):
+    """Can EQUALS_MATCH (in C) check this value: None, bool, int, float, str, tuples of these."""
     if type(value) is tuple:
-        return all(_equals_supported(v) for v in value)
+        return all(equals_supported(v) for v in value)
     return type(value) in _EQUALS_TYPES
 
 
@@ -117,7 +118,7 @@ class GuardBuilder:
         self._add(source.steps(), "ID_MATCH", value, f"{source.name()} is {_describe(value)}")
 
     def EQUALS_MATCH(self, source, value):
-        if _equals_supported(value) and not (isinstance(value, float) and math.isnan(value)):
+        if equals_supported(value) and not (isinstance(value, float) and math.isnan(value)):
             self._add(source.steps(), "EQUALS_MATCH", value, f"{source.name()} == {value!r}")
         else:
             self.TYPE_MATCH(source, value)

@@ -11,6 +11,7 @@ import types
 import torch
 
 from ..exc import Unsupported
+from ..guards import equals_supported
 from ..source import AttrSource, GetItemSource
 from .builtin import BuiltinVariable, is_supported_builtin
 from .constant import ConstantVariable, is_constant_value
@@ -57,6 +58,19 @@ def _constant(tx, value, source):
 def _size(tx, value, source):
     _guard(tx, source, "EQUALS_MATCH", value)
     return SizeVariable([ConstantVariable(int(s)) for s in value], source)
+
+
+def _constant_tuple(tx, value, source):
+    """A tuple of constants (a conv's stride, a shape): one equality check on the whole tuple
+    instead of a type, a length and one check per item."""
+    _guard(tx, source, "EQUALS_MATCH", value)
+
+    def const(v, src):
+        if type(v) is tuple:
+            return TupleVariable([const(x, GetItemSource(src, i) if src is not None else None)
+                                  for i, x in enumerate(v)], src)
+        return ConstantVariable(v, src)
+    return const(value, source)
 
 
 def _sequence(tx, value, source):
@@ -130,6 +144,7 @@ _TABLE = [
     (lambda v: isinstance(v, torch.nn.Module), _module),
     (is_constant_value, _constant),
     (lambda v: type(v) is torch.Size, _size),
+    (lambda v: type(v) is tuple and equals_supported(v), _constant_tuple),
     (_is_plain_tuple, _sequence),
     (lambda v: type(v) is dict, _dict),
     (lambda v: type(v) is range, _equal_constant(RangeVariable)),
