@@ -16,9 +16,6 @@ inline_depth_limit = _env_int("PYDYNAMO_INLINE_DEPTH_LIMIT", 32)
 # Instructions one frame may execute symbolically (guards against unrolling a huge loop).
 max_instructions = _env_int("PYDYNAMO_MAX_INSTRUCTIONS", 200_000)
 
-# Print each captured graph and the new bytecode (a stand-in until logs.py exists).
-verbose = os.environ.get("PYDYNAMO_VERBOSE", "") not in ("", "0")
-
 # Comma-separated log artifacts to turn on (see logs.py): graph_breaks,recompiles,guards,graph,...
 logs = os.environ.get("PYDYNAMO_LOGS", "")
 

@@ -29,7 +29,7 @@ def configure(spec):
         get(n).setLevel(logging.INFO)
     if names and not log.handlers:
         handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("[pydynamo.%(name)s] %(message)s"))
+        handler.setFormatter(logging.Formatter("[%(name)s] %(message)s"))
         log.addHandler(handler)
 
 

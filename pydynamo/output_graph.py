@@ -16,7 +16,7 @@ from torch._subclasses.fake_tensor import (DataDependentOutputException,
                                            UnsupportedOperatorException)
 
 from . import bytecode_utils as bu
-from . import config
+from . import logs
 from .codegen import GRAPH_OUT, PyCodegen
 from .exc import BackendCompilerFailed, Unsupported
 from .guards import GuardBuilder
@@ -138,8 +138,7 @@ class OutputGraph:
             if bu.is_instr(inst) and inst.lineno is None and lineno is not None:
                 inst.lineno = lineno
         self.new_code = bu.assemble(self.code, cg.instructions)
-        if config.verbose:
-            _print_output(self)
+        _log_output(self)
         return self.new_code
 
     def _has_effect(self):
@@ -240,10 +239,14 @@ def walk_values(values):
             stack.append(var.obj)
 
 
-def _print_output(output):
-    import dis
-    if output.graph_module is not None:
-        print(f"pydynamo graph {output.compiled_fn_name}:\n{output.graph_module.code}")
-    for check in output.guards.checks:
-        print(f"  guard: {check.text}")
-    dis.dis(output.new_code)
+def _log_output(output):
+    """PYDYNAMO_LOGS=graph shows each captured graph, =bytecode the code that calls it."""
+    if output.graph_module is not None and logs.enabled("graph"):
+        logs.get("graph").info("%s of %s:\n%s", output.compiled_fn_name, output.code.co_qualname,
+                               output.graph_module.code.strip())
+    if logs.enabled("bytecode"):
+        import dis
+        import io
+        text = io.StringIO()
+        dis.dis(output.new_code, file=text)
+        logs.get("bytecode").info("new code for %s:\n%s", output.code.co_qualname, text.getvalue())
