@@ -6,6 +6,7 @@
  * weak reference fails the check, and float constants compare bit for bit.
  */
 #include "guards.h"
+#include "tensor_guard.h"
 #include <string.h>
 
 enum { ROOT_LOCAL, ROOT_GLOBAL, ROOT_BUILTIN, ROOT_CLOSURE, STEP_ATTR, STEP_ITEM };
@@ -28,7 +29,29 @@ typedef struct {
     PyObject *d_dtype, *d_device, *d_layout, *d_requires_grad, *d_shape, *d_stride;
     Py_ssize_t ndim;
     int64_t *sizes, *strides; /* ANY_SIZE = not checked (a dynamic dimension) */
+    int fast;                 /* checked by the C++ fast path (tensor_guard.h) */
+    PydFastTensorSpec spec;
 } TensorSpec;
+
+/* The C++ fast path, if pydynamo._tensor_guard was built and matches the running torch. */
+static const PydTensorGuardAPI *fast_api = NULL;
+static int fast_api_tried = 0;
+
+static const PydTensorGuardAPI *get_fast_api(void)
+{
+    if (!fast_api_tried) {
+        fast_api_tried = 1;
+        /* PyCapsule_Import imports only the first dotted component: import the module first */
+        PyObject *m = PyImport_ImportModule("pydynamo._tensor_guard");
+        fast_api = m ? PyCapsule_Import(PYD_TENSOR_GUARD_CAPSULE, 0) : NULL;
+        Py_XDECREF(m);
+        if (fast_api == NULL || fast_api->version != PYD_TENSOR_GUARD_API_VERSION) {
+            fast_api = NULL;
+            PyErr_Clear();
+        }
+    }
+    return fast_api;
+}
 
 typedef struct {
     Step *steps;
@@ -40,55 +63,55 @@ typedef struct {
     PyObject *text;
 } Check;
 
+/* The checks form a tree by their steps, so a value that many checks read through the same
+ * chain (L['self'].layers[3].conv1 ...) is read once per evaluation, not once per check. */
+typedef struct Node {
+    Step step;                  /* how this node's value is read from its parent's */
+    Py_ssize_t *tests, ntests;  /* indices of the checks that test this node's value */
+    struct Node **kids;
+    Py_ssize_t nkids;
+    int needs_value;            /* some check in this subtree fails if the value cannot be read */
+} Node;
+
 typedef struct {
     PyObject_HEAD
     Check *checks;
     Py_ssize_t n, cap;
     Py_ssize_t max_local;
+    Node root;                  /* its kids are the roots (argument slots, globals, ...) */
 } GuardSetObject;
 
 /* ---------------------------------------------------------------- reading values */
 
-/* New reference, or NULL (with or without an exception set) if the value cannot be read. */
-static PyObject *read_value(const Check *c, const PydGuardCtx *ctx)
+/* New reference to the value `step` reads from `parent` (NULL for a root step), or NULL (with or
+ * without an exception set) if it cannot be read. */
+static PyObject *read_step(const Step *step, PyObject *parent, const PydGuardCtx *ctx)
 {
-    PyObject *cur = NULL;
-    const Step *root = &c->steps[0];
-    switch (root->kind) {
+    PyObject *v = NULL;
+    switch (step->kind) {
     case ROOT_LOCAL:
-        if (root->index >= ctx->nlocals) return NULL;
-        cur = ctx->locals[root->index];
+        v = step->index < ctx->nlocals ? ctx->locals[step->index] : NULL;
         break;
     case ROOT_GLOBAL:
-        cur = PyDict_GetItemWithError(ctx->globals, root->name);
+        v = PyDict_GetItemWithError(ctx->globals, step->name);
         break;
     case ROOT_BUILTIN:
-        if (ctx->builtins == NULL) return NULL;
-        cur = PyDict_GetItemWithError(ctx->builtins, root->name);
+        v = ctx->builtins ? PyDict_GetItemWithError(ctx->builtins, step->name) : NULL;
         break;
     case ROOT_CLOSURE:
-        if (ctx->closure == NULL || root->index >= PyTuple_GET_SIZE(ctx->closure)) return NULL;
-        cur = PyCell_GET(PyTuple_GET_ITEM(ctx->closure, root->index));
+        if (ctx->closure && step->index < PyTuple_GET_SIZE(ctx->closure))
+            v = PyCell_GET(PyTuple_GET_ITEM(ctx->closure, step->index));
         break;
-    }
-    if (cur == NULL) return NULL;
-    Py_INCREF(cur);
-    for (Py_ssize_t i = 1; i < c->nsteps; i++) {
-        const Step *s = &c->steps[i];
-        PyObject *next;
-        if (s->kind == STEP_ATTR) {
-            next = PyObject_GetAttr(cur, s->name);
-        } else if (PyDict_CheckExact(cur)) {
-            next = PyDict_GetItemWithError(cur, s->name);
-            Py_XINCREF(next);
-        } else {
-            next = PyObject_GetItem(cur, s->name);
+    case STEP_ATTR:
+        return PyObject_GetAttr(parent, step->name);
+    case STEP_ITEM:
+        if (PyDict_CheckExact(parent)) {
+            v = PyDict_GetItemWithError(parent, step->name);
+            break;
         }
-        Py_DECREF(cur);
-        if (next == NULL) return NULL;
-        cur = next;
+        return PyObject_GetItem(parent, step->name);
     }
-    return cur;
+    return Py_XNewRef(v);
 }
 
 /* ---------------------------------------------------------------- tests */
@@ -136,6 +159,8 @@ static int int_tuple_matches(PyObject *tup, const int64_t *want, Py_ssize_t n, c
 static int tensor_matches(const TensorSpec *t, PyObject *v, const char **detail)
 {
     if ((PyObject *)Py_TYPE(v) != t->type) { *detail = "type"; return 0; }
+    if (t->fast)
+        return fast_api->check(v, &t->spec, t->requires_grad == Py_True, t->sizes, t->strides, t->ndim, detail);
     PyObject *x;
     int r;
 #define SAME_AS(descr, want, name)                                       \
@@ -176,19 +201,11 @@ static int dict_keys_match(PyObject *v, PyObject *keys)
     return 1;
 }
 
-/* 1 pass, 0 fail, -1 error (treated as a failure by the caller). */
-static int run_check(const Check *c, const PydGuardCtx *ctx, const char **detail)
+/* Test one check on its value `v` (NULL: it could not be read). 1 pass, 0 fail, -1 error
+ * (a failure too). */
+static int test_value(const Check *c, PyObject *v, const char **detail)
 {
-    if (c->kind == PREDICATE && c->nsteps == 0) {
-        PyObject *r = PyObject_CallNoArgs(c->value);
-        if (r == NULL) return -1;
-        int ok = PyObject_IsTrue(r);
-        Py_DECREF(r);
-        return ok;
-    }
-    PyObject *v = read_value(c, ctx);
     if (v == NULL) {
-        if (PyErr_Occurred()) PyErr_Clear();
         if (c->kind == NOT_PRESENT) return 1;
         *detail = "value could not be read";
         return 0;
@@ -198,7 +215,6 @@ static int run_check(const Check *c, const PydGuardCtx *ctx, const char **detail
     if (c->weak) {
         target = PyWeakref_GET_OBJECT(c->value);
         if (target == Py_None) { /* dead: the guarded object is gone (None is never weakly held) */
-            Py_DECREF(v);
             *detail = "guarded object no longer exists";
             return 0;
         }
@@ -222,29 +238,60 @@ static int run_check(const Check *c, const PydGuardCtx *ctx, const char **detail
     }
     case NOT_PRESENT: ok = 0; *detail = "value is present"; break;
     }
-    Py_DECREF(v);
     return ok;
+}
+
+/* The first failing check under `node`, whose value is `v` (NULL: unreadable); -1 if all pass. */
+static Py_ssize_t eval_node(GuardSetObject *gs, const Node *node, PyObject *v, const PydGuardCtx *ctx,
+                            const char **detail)
+{
+    for (Py_ssize_t i = 0; i < node->ntests; i++) {
+        int ok = test_value(&gs->checks[node->tests[i]], v, detail);
+        if (ok == 1) continue;
+        if (ok < 0) {
+            PyErr_Clear();
+            *detail = "raised an exception";
+        }
+        return node->tests[i];
+    }
+    for (Py_ssize_t k = 0; k < node->nkids; k++) {
+        const Node *kid = node->kids[k];
+        PyObject *kv = NULL;
+        if (v != NULL || node == &gs->root) {
+            kv = read_step(&kid->step, v, ctx);
+            if (kv == NULL && PyErr_Occurred()) PyErr_Clear();
+        }
+        if (kv == NULL && !kid->needs_value) continue; /* only NOT_PRESENT checks below: they pass */
+        Py_ssize_t failed = eval_node(gs, kid, kv, ctx, detail);
+        Py_XDECREF(kv);
+        if (failed >= 0) return failed;
+    }
+    return -1;
 }
 
 int pyd_guardset_check(PyObject *self, const PydGuardCtx *ctx, PyObject **why)
 {
     GuardSetObject *gs = (GuardSetObject *)self;
-    for (Py_ssize_t i = 0; i < gs->n; i++) {
-        const char *detail = NULL;
-        int ok = run_check(&gs->checks[i], ctx, &detail);
-        if (ok == 1) continue;
-        if (ok < 0) {
-            detail = "raised an exception";
-            PyErr_Clear();
-        }
-        if (why != NULL) {
-            *why = detail ? PyUnicode_FromFormat("%U (%s)", gs->checks[i].text, detail)
-                          : Py_NewRef(gs->checks[i].text);
-            if (*why == NULL) PyErr_Clear();
-        }
-        return 0;
+    const char *detail = NULL;
+    Py_ssize_t failed = -1;
+    /* global-state predicates (no steps) first: the cheapest to fail on */
+    for (Py_ssize_t i = 0; i < gs->n && failed < 0; i++) {
+        const Check *c = &gs->checks[i];
+        if (c->nsteps) continue;
+        PyObject *r = PyObject_CallNoArgs(c->value);
+        int ok = r ? PyObject_IsTrue(r) : -1;
+        Py_XDECREF(r);
+        if (ok < 0) { PyErr_Clear(); detail = "raised an exception"; }
+        if (ok != 1) failed = i;
     }
-    return 1;
+    if (failed < 0) failed = eval_node(gs, &gs->root, NULL, ctx, &detail);
+    if (failed < 0) return 1;
+    if (why != NULL) {
+        const Check *c = &gs->checks[failed];
+        *why = detail ? PyUnicode_FromFormat("%U (%s)", c->text, detail) : Py_NewRef(c->text);
+        if (*why == NULL) PyErr_Clear();
+    }
+    return 0;
 }
 
 Py_ssize_t pyd_guardset_max_local(PyObject *self) { return ((GuardSetObject *)self)->max_local; }
@@ -362,6 +409,11 @@ static int parse_tensor_spec(PyObject *value, Check *c)
     t->ndim = PyTuple_GET_SIZE(sizes);
     if (parse_int_tuple(sizes, t->ndim, &t->sizes) < 0 || parse_int_tuple(strides, t->ndim, &t->strides) < 0)
         return -1;
+    const PydTensorGuardAPI *api = get_fast_api();
+    if (api != NULL && (rg == Py_True || rg == Py_False)) {
+        if (api->encode(type, dtype, device, layout, &t->spec) == 0) t->fast = 1;
+        else PyErr_Clear(); /* not torch objects: the portable path reports the mismatch */
+    }
     return 0;
 }
 
@@ -373,6 +425,70 @@ static void free_check(Check *c)
     Py_XDECREF(c->text);
     free_tensor_spec(c->tensor);
     memset(c, 0, sizeof(*c));
+}
+
+/* ---------------------------------------------------------------- the tree */
+
+static int same_step(const Step *a, const Step *b)
+{
+    if (a->kind != b->kind) return 0;
+    if (a->kind == ROOT_LOCAL || a->kind == ROOT_CLOSURE) return a->index == b->index;
+    if (Py_TYPE(a->name) != Py_TYPE(b->name)) return 0;
+    int r = PyObject_RichCompareBool(a->name, b->name, Py_EQ);
+    if (r < 0) PyErr_Clear();
+    return r == 1;
+}
+
+/* Grow an array of `n` elements of `size` bytes by one; 0 or -1 (MemoryError set). */
+static int append_slot(void **array, Py_ssize_t n, size_t size)
+{
+    void *grown = PyMem_Realloc(*array, (n + 1) * size);
+    if (grown == NULL) { PyErr_NoMemory(); return -1; }
+    *array = grown;
+    return 0;
+}
+
+static Node *child_for(Node *node, const Step *step)
+{
+    for (Py_ssize_t k = 0; k < node->nkids; k++)
+        if (same_step(&node->kids[k]->step, step)) return node->kids[k];
+    Node *kid = PyMem_Calloc(1, sizeof(Node));
+    if (kid == NULL || append_slot((void **)&node->kids, node->nkids, sizeof(Node *)) < 0) {
+        PyMem_Free(kid);
+        if (!PyErr_Occurred()) PyErr_NoMemory();
+        return NULL;
+    }
+    kid->step = *step;
+    Py_XINCREF(kid->step.name);
+    node->kids[node->nkids++] = kid;
+    return kid;
+}
+
+/* Put check `idx` in the tree. Checks without steps (global-state predicates) stay outside. */
+static int tree_insert(GuardSetObject *gs, Py_ssize_t idx)
+{
+    const Check *c = &gs->checks[idx];
+    Node *node = &gs->root;
+    int needs = c->kind != NOT_PRESENT;
+    for (Py_ssize_t i = 0; i < c->nsteps; i++) {
+        if ((node = child_for(node, &c->steps[i])) == NULL) return -1;
+        node->needs_value |= needs;
+    }
+    if (c->nsteps == 0) return 0;
+    if (append_slot((void **)&node->tests, node->ntests, sizeof(Py_ssize_t)) < 0) return -1;
+    node->tests[node->ntests++] = idx;
+    return 0;
+}
+
+static void free_node_contents(Node *node)
+{
+    for (Py_ssize_t k = 0; k < node->nkids; k++) {
+        free_node_contents(node->kids[k]);
+        Py_XDECREF(node->kids[k]->step.name);
+        PyMem_Free(node->kids[k]);
+    }
+    PyMem_Free(node->kids);
+    PyMem_Free(node->tests);
 }
 
 static PyObject *GuardSet_add(GuardSetObject *self, PyObject *args)
@@ -457,6 +573,10 @@ static PyObject *GuardSet_add(GuardSetObject *self, PyObject *args)
     if (c.nsteps && c.steps[0].kind == ROOT_LOCAL && c.steps[0].index > self->max_local)
         self->max_local = c.steps[0].index;
     self->checks[self->n++] = c;
+    if (tree_insert(self, self->n - 1) < 0) {
+        free_check(&self->checks[--self->n]); /* a half-inserted check has no tests in the tree */
+        return NULL;
+    }
     Py_RETURN_NONE;
 fail:
     free_check(&c);
@@ -533,6 +653,7 @@ static int GuardSet_init(GuardSetObject *self, PyObject *args, PyObject *kw)
 
 static void GuardSet_dealloc(GuardSetObject *self)
 {
+    free_node_contents(&self->root);
     for (Py_ssize_t i = 0; i < self->n; i++) free_check(&self->checks[i]);
     PyMem_Free(self->checks);
     Py_TYPE(self)->tp_free((PyObject *)self);
@@ -564,8 +685,20 @@ PyTypeObject PydGuardSet_Type = {
     .tp_as_sequence = &GuardSet_as_sequence,
 };
 
+static PyObject *fast_tensor_guards(PyObject *m, PyObject *unused)
+{
+    return PyBool_FromLong(get_fast_api() != NULL);
+}
+
+static PyMethodDef guards_functions[] = {
+    {"fast_tensor_guards", fast_tensor_guards, METH_NOARGS,
+     "whether TENSOR_MATCH uses the C++ fast path (pydynamo._tensor_guard, built against this torch)"},
+    {NULL},
+};
+
 int pyd_guards_init(PyObject *module)
 {
+    if (PyModule_AddFunctions(module, guards_functions) < 0) return -1;
     if (PyType_Ready(&PydGuardSet_Type) < 0) return -1;
     return PyModule_AddObjectRef(module, "GuardSet", (PyObject *)&PydGuardSet_Type);
 }

@@ -174,3 +174,15 @@ def test_bad_checks_are_refused_clearly(steps, kind, value, err):
     with pytest.raises((TypeError, ValueError), match=err):
         gs.add(steps, kind, value, "t")
     assert len(gs) == 0
+
+
+def test_fast_tensor_guards_are_used_when_built():
+    torch = _torch()
+    import importlib.util
+    built = importlib.util.find_spec("pydynamo._tensor_guard") is not None
+    if built:
+        importlib.import_module("pydynamo._tensor_guard")  # refuses another torch version: then the portable path
+    x = torch.randn(2, 3)
+    gs = one(L(0), "TENSOR_MATCH", tensor_spec(x), "L['x']")
+    assert gs.check([x], {}) and gs.first_failure([x.t()], {}) == "L['x'] (size)"
+    assert _C.fast_tensor_guards() == built

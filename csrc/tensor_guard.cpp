@@ -1,0 +1,92 @@
+// The fast TENSOR_MATCH (see tensor_guard.h): reads a tensor's metadata straight from its
+// TensorImpl instead of through Python getters that allocate a device object, a torch.Size and a
+// strides tuple per check. Built only against the torch it will run with (checked at import).
+#include <Python.h>
+
+#include <torch/csrc/Device.h>
+#include <torch/csrc/Dtype.h>
+#include <torch/csrc/Layout.h>
+#include <torch/csrc/autograd/python_variable.h>
+
+extern "C" {
+#include "tensor_guard.h"
+}
+
+namespace {
+
+int encode(PyObject *type, PyObject *dtype, PyObject *device, PyObject *layout, PydFastTensorSpec *spec) {
+  // check() reads objects of exactly `type` as THPVariable: it must be a torch tensor type
+  if (!PyType_Check(type) || THPVariableClass == nullptr ||
+      !PyType_IsSubtype(reinterpret_cast<PyTypeObject *>(type), reinterpret_cast<PyTypeObject *>(THPVariableClass))) {
+    PyErr_SetString(PyExc_TypeError, "TENSOR_MATCH: not a torch tensor type");
+    return -1;
+  }
+  if (!THPDtype_Check(dtype) || !THPDevice_Check(device) || !THPLayout_Check(layout)) {
+    PyErr_SetString(PyExc_TypeError, "TENSOR_MATCH: expected torch.dtype, torch.device and torch.layout");
+    return -1;
+  }
+  spec->dtype = static_cast<int32_t>(reinterpret_cast<THPDtype *>(dtype)->scalar_type);
+  const c10::Device &d = reinterpret_cast<THPDevice *>(device)->device;
+  spec->device_type = static_cast<int32_t>(d.type());
+  spec->device_index = d.has_index() ? d.index() : -1;
+  spec->layout = static_cast<int32_t>(reinterpret_cast<THPLayout *>(layout)->layout);
+  return 0;
+}
+
+bool same_ints(c10::IntArrayRef have, const int64_t *want, Py_ssize_t n) {
+  if (static_cast<Py_ssize_t>(have.size()) != n) return false;
+  for (Py_ssize_t i = 0; i < n; i++)
+    if (want[i] != INT64_MIN && have[i] != want[i]) return false;
+  return true;
+}
+
+int check(PyObject *obj, const PydFastTensorSpec *spec, int requires_grad, const int64_t *sizes,
+          const int64_t *strides, Py_ssize_t ndim, const char **detail) {
+  try {
+    const at::Tensor &t = THPVariable_Unpack(obj);
+    if (static_cast<int32_t>(t.scalar_type()) != spec->dtype) { *detail = "dtype"; return 0; }
+    const c10::Device d = t.device();
+    if (static_cast<int32_t>(d.type()) != spec->device_type ||
+        (d.has_index() ? d.index() : -1) != spec->device_index) { *detail = "device"; return 0; }
+    if (static_cast<int32_t>(t.layout()) != spec->layout) { *detail = "layout"; return 0; }
+    if (t.requires_grad() != static_cast<bool>(requires_grad)) { *detail = "requires_grad"; return 0; }
+    if (!same_ints(t.sizes(), sizes, ndim)) { *detail = "size"; return 0; }
+    if (!same_ints(t.strides(), strides, ndim)) { *detail = "stride"; return 0; }
+    return 1;
+  } catch (...) {
+    return -1;
+  }
+}
+
+PydTensorGuardAPI api = {PYD_TENSOR_GUARD_API_VERSION, encode, check};
+
+struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "pydynamo._tensor_guard",
+                                 "Fast TENSOR_MATCH for pydynamo._C (built against one torch version).", -1};
+
+}  // namespace
+
+PyMODINIT_FUNC PyInit__tensor_guard(void) {
+  // Refuse to load against another torch than the one whose headers it was built with: the
+  // struct layouts read above are that version's.
+  PyObject *torch = PyImport_ImportModule("torch");
+  if (torch == nullptr) return nullptr;
+  PyObject *version = PyObject_GetAttrString(torch, "__version__");
+  Py_DECREF(torch);
+  if (version == nullptr) return nullptr;
+  const char *v = PyUnicode_AsUTF8(version);
+  bool same = v != nullptr && std::string(v) == PYD_TORCH_VERSION;
+  Py_DECREF(version);
+  if (!same) {
+    PyErr_Format(PyExc_ImportError, "pydynamo._tensor_guard was built for torch %s", PYD_TORCH_VERSION);
+    return nullptr;
+  }
+  PyObject *m = PyModule_Create(&module_def);
+  if (m == nullptr) return nullptr;
+  PyObject *cap = PyCapsule_New(&api, PYD_TENSOR_GUARD_CAPSULE, nullptr);
+  if (cap == nullptr || PyModule_AddObject(m, "_api", cap) < 0) {
+    Py_XDECREF(cap);
+    Py_DECREF(m);
+    return nullptr;
+  }
+  return m;
+}
