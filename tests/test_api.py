@@ -300,3 +300,21 @@ def test_explain_gives_the_reason_and_line_of_what_was_not_captured():
     assert "print" in br.reason
     assert br.location == f"{__file__}:{g.__code__.co_firstlineno + 2}"
     assert br.source_line == 'print("side effect")'
+
+
+def helper_with_kw(x, scale=2):
+    return x * scale
+
+
+def test_function_code_and_class_attributes_are_read_while_tracing():
+    def f(x):
+        names = helper_with_kw.__code__.co_varnames[:helper_with_kw.__code__.co_argcount]
+        if "scale" in names and helper_with_kw.__class__ is type(f):
+            return helper_with_kw(x, scale=3)
+        return x
+
+    cnt = CompileCounter()
+    opt = pydynamo.optimize(cnt, fullgraph=True)(f)
+    x = torch.randn(3)
+    assert torch.equal(opt(x), x * 3) and cnt.frame_count == 1
+    assert any("G['helper_with_kw'].__code__ is <code object" in t for t in _C.get_cache_entries(f)[0].guards.texts())

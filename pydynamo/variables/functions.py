@@ -93,10 +93,15 @@ class UserFunctionVariable(VariableTracker):
         return hasattr(self.fn, name)
 
     def var_getattr(self, tx, name):
-        if name in ("__name__", "__qualname__", "__module__", "__doc__"):
-            from .builder import wrap_value
-            src = AttrSource(self.source, name) if self.source is not None else None
+        from .builder import wrap_value
+        src = AttrSource(self.source, name) if self.source is not None else None
+        if name in ("__name__", "__qualname__", "__module__", "__doc__", "__class__"):
             return wrap_value(tx, getattr(self.fn, name), src)
+        if name == "__code__":  # libraries read co_varnames / co_argcount to inspect signatures
+            if src is not None:
+                tx.output.guards.add(src, "ID_MATCH", self.fn.__code__)
+            from .constant import ConstantVariable
+            return ConstantVariable(self.fn.__code__, src)
         raise Unsupported(f"function attribute {name!r}")
 
     def _default(self, tx, i):
