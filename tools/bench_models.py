@@ -4,7 +4,8 @@
 
 For each model and mode it prints the step time of each system (CUDA events; the systems are
 timed in turns, best of 5 rounds of medians), the ratio pydynamo / torch.compile (target: <= 1.02), the number of graphs each
-compiled (target: equal), and the first-call (compile) time. Run with TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 for honest
+compiled (target: equal), and the first-call (compile) time, and the spread of each system's rounds (max/min - 1: how much of
+the ratio is noise). Run with TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 for honest
 cold compile times (otherwise the second system may hit Inductor's cache for the same graph). Runs on CUDA when available, else on
 the CPU with the small model sizes (a smoke run, not a measurement).
 """
@@ -109,7 +110,8 @@ def bench(name, mode, device, size, iters, rounds=5):
     for _ in range(rounds):
         for system, step in steps.items():
             times[system].append(_time_steps(step, max(1, iters // rounds), device))
-    return {s: (min(times[s]), first[s], graphs[s].graphs if graphs[s] else None) for s in steps}
+    return {s: (min(times[s]), first[s], graphs[s].graphs if graphs[s] else None,
+                max(times[s]) / min(times[s]) - 1) for s in steps}
 
 
 def main():
@@ -126,13 +128,13 @@ def main():
     print(f"device: {torch.cuda.get_device_name() if device == 'cuda' else 'cpu (smoke run, small models)'}; "
           f"torch {torch.__version__}; python {sys.version.split()[0]}")
     print(f"{'model':<7}{'mode':<6}{'eager ms':>10}{'torch ms':>10}{'ours ms':>10}{'ours/torch':>12}"
-          f"{'graphs t/o':>12}{'1st call t/o s':>17}")
+          f"{'graphs t/o':>12}{'1st call t/o s':>17}{'spread t/o':>13}")
     for name in a.models.split(","):
         for mode in a.modes.split(","):
             r = bench(name, mode, device, size, a.iters)
-            (e, _, _), (t, tf, tg), (o, of, og) = r["eager"], r["torch.compile"], r["pydynamo"]
+            (e, _, _, _), (t, tf, tg, ts), (o, of, og, os_) = r["eager"], r["torch.compile"], r["pydynamo"]
             print(f"{name:<7}{mode:<6}{e:>10.3f}{t:>10.3f}{o:>10.3f}{o / t:>12.3f}{f'{tg}/{og}':>12}"
-                  f"{f'{tf:.1f}/{of:.1f}':>17}", flush=True)
+                  f"{f'{tf:.1f}/{of:.1f}':>17}{f'{ts:.1%}/{os_:.1%}':>13}", flush=True)
 
 
 if __name__ == "__main__":
