@@ -95,6 +95,12 @@ def attr_arg(inst):
     return False, inst.arg
 
 
+def super_attr_arg(inst):
+    """LOAD_SUPER_ATTR's (is_method, name) (3.12 only; 3.11 calls super() and loads the attribute)."""
+    is_method, _two_arg_form, name = inst.arg
+    return is_method, name
+
+
 def binary_op_name(inst) -> str:
     """BINARY_OP's operator as the NB_* suffix, e.g. 'ADD', 'INPLACE_MULTIPLY'."""
     return bytecode.BinaryOp(int(inst.arg)).name

@@ -18,6 +18,7 @@ from .variables.ctx import GradModeVariable, WithExitVariable
 from .variables.dicts import DictVariable
 from .variables.functions import NestedUserFunctionVariable
 from .variables.lists import ListVariable, SliceVariable, TupleVariable
+from .variables.user_defined import SuperVariable
 
 UNSUPPORTED = {
     "RAISE_VARARGS": "raising an exception",
@@ -43,7 +44,6 @@ UNSUPPORTED = {
     "DELETE_DEREF": "deleting a closure variable",
     "LOAD_BUILD_CLASS": "class definitions inside compiled code",
     "SETUP_ANNOTATIONS": "annotations",
-    "LOAD_SUPER_ATTR": "super() (not supported yet)",
     "BUILD_SET": "sets (not supported yet)",
     "SET_ADD": "sets (not supported yet)",
     "SET_UPDATE": "sets (not supported yet)",
@@ -180,6 +180,15 @@ class OpcodeHandlers:
         if is_method:
             self.push(NULL)
         self.push(self.getattr(obj, name))
+
+    def LOAD_SUPER_ATTR(self, inst):
+        """3.12: ``super().name`` in one instruction, from [super, __class__, self] on the stack."""
+        is_method, name = bu.super_attr_arg(inst)
+        obj, cls = self.pop(), self.pop()
+        self.pop()  # the global `super`
+        if is_method:
+            self.push(NULL)
+        self.push(self.getattr(SuperVariable(cls, obj), name))
 
     def LOAD_METHOD(self, inst):
         obj = self.pop()

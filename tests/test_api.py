@@ -318,3 +318,47 @@ def test_function_code_and_class_attributes_are_read_while_tracing():
     x = torch.randn(3)
     assert torch.equal(opt(x), x * 3) and cnt.frame_count == 1
     assert any("G['helper_with_kw'].__code__ is <code object" in t for t in _C.get_cache_entries(f)[0].guards.texts())
+
+
+class ScaledLinear(torch.nn.Linear):
+    def forward(self, x):
+        return super().forward(x) * 2
+
+
+class ScaledTwice(ScaledLinear):
+    def forward(self, x):
+        return super(ScaledLinear, self).forward(x) + super().forward(x)
+
+
+@pytest.mark.parametrize("cls", [ScaledLinear, ScaledTwice])
+def test_super_in_module_forward_is_one_graph(cls):
+    m = cls(3, 3)
+    cnt = CompileCounter()
+    x = torch.randn(2, 3)
+    assert torch.allclose(pydynamo.compile(m, backend=cnt, fullgraph=True)(x), m(x))
+    assert cnt.frame_count == 1
+
+
+class Base:
+    def scale(self, x):
+        return x * 2
+
+
+class Child(Base):
+    def scale(self, x):
+        return super().scale(x) + 1
+
+
+def test_super_method_is_guarded_by_identity():
+    obj = Child()
+    cnt = CompileCounter()
+    opt = pydynamo.optimize(cnt, fullgraph=True)(lambda o, x: o.scale(x))
+    x = torch.randn(3)
+    assert torch.equal(opt(obj, x), x * 2 + 1)
+    original = Base.scale
+    try:
+        Base.scale = lambda self, x: x * 10  # the parent's method changes: the guard must see it
+        assert torch.equal(opt(obj, x), x * 10 + 1)
+    finally:
+        Base.scale = original
+    assert cnt.frame_count == 2

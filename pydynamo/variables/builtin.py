@@ -192,6 +192,21 @@ def is_same_object(tx, a, b):
     raise Unsupported(f"identity of {a} and {b} is not known while tracing")
 
 
+@handles(super)
+def _super(tx, *args):
+    """``super()`` reads the method's ``__class__`` cell and first argument, as CPython does."""
+    from .user_defined import SuperVariable
+    if len(args) == 2:
+        return SuperVariable(*args)
+    if args or "__class__" not in tx.cells or not tx.code.co_argcount:
+        raise Unsupported("super() outside a method (or with one argument)")
+    first = tx.code.co_varnames[0]
+    obj = tx.cells[first].read(tx) if first in tx.cells else tx.symbolic_locals.get(first)
+    if obj is None:
+        raise Unsupported("super(): the first argument is not bound")
+    return SuperVariable(tx.cells["__class__"].read(tx), obj)
+
+
 _HANDLERS[operator.is_] = lambda tx, a, b: ConstantVariable(is_same_object(tx, a, b))
 _HANDLERS[operator.is_not] = lambda tx, a, b: ConstantVariable(not is_same_object(tx, a, b))
 

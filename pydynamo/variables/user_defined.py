@@ -4,7 +4,7 @@ import inspect
 import types
 
 from ..exc import UnmodelledCallError, Unsupported
-from ..source import AttrSource
+from ..source import AttrSource, GetItemSource
 from .base import VariableTracker
 
 _MISSING = object()
@@ -163,3 +163,41 @@ class UserDefinedObjectVariable(VariableTracker):
 
     def _repr_value(self):
         return type(self.value).__qualname__
+
+
+class SuperVariable(VariableTracker):
+    """``super(cls, obj)``: attributes are looked up in ``type(obj).__mro__`` after ``cls``.
+
+    A method found there binds to ``obj`` and is inlined like any method; it is guarded by the
+    identity of the function in that class's ``__dict__``, read through ``type(obj).__mro__``.
+    """
+
+    def __init__(self, cls_var, obj_var):
+        super().__init__(None)
+        self.cls_var, self.obj_var = cls_var, obj_var
+
+    def python_type(self):
+        return super
+
+    def var_getattr(self, tx, name):
+        from .functions import UserMethodVariable
+        cls = self.cls_var.as_python_constant()
+        mro = self.obj_var.python_type().__mro__
+        if cls not in mro:
+            raise Unsupported(f"super({cls.__name__}, obj): obj is not an instance of {cls.__name__}")
+        for i, klass in enumerate(mro[mro.index(cls) + 1:], mro.index(cls) + 1):
+            if name not in klass.__dict__:
+                continue
+            attr = klass.__dict__[name]
+            if not isinstance(attr, types.FunctionType):
+                raise Unsupported(f"super().{name} is a {type(attr).__name__}, not a method")
+            src = None
+            if self.obj_var.source is not None:
+                mro_src = AttrSource(AttrSource(self.obj_var.source, "__class__"), "__mro__")
+                src = GetItemSource(AttrSource(GetItemSource(mro_src, i), "__dict__"), name)
+                tx.output.guards.ID_MATCH(src, attr)
+            return UserMethodVariable(attr, self.obj_var, src)
+        raise Unsupported(f"super() of {cls.__name__} has no attribute {name!r}")
+
+    def _repr_value(self):
+        return f"super({self.cls_var}, {self.obj_var})"
