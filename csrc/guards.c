@@ -7,12 +7,13 @@
  */
 #include "guards.h"
 #include "tensor_guard.h"
+#include "shape_guards.h"
 #include <string.h>
 
 enum { ROOT_LOCAL, ROOT_GLOBAL, ROOT_BUILTIN, ROOT_CLOSURE, STEP_ATTR, STEP_ITEM };
-enum { TYPE_MATCH, ID_MATCH, EQUALS_MATCH, TENSOR_MATCH, DICT_KEYS, LEN, PREDICATE, NOT_PRESENT };
-static const char *const KIND_NAMES[] = {"TYPE_MATCH", "ID_MATCH", "EQUALS_MATCH", "TENSOR_MATCH",
-                                         "DICT_KEYS",  "LEN",      "PREDICATE",    "NOT_PRESENT"};
+enum { TYPE_MATCH, ID_MATCH, EQUALS_MATCH, TENSOR_MATCH, DICT_KEYS, LEN, PREDICATE, NOT_PRESENT, ALIASING };
+static const char *const KIND_NAMES[] = {"TYPE_MATCH", "ID_MATCH",  "EQUALS_MATCH", "TENSOR_MATCH", "DICT_KEYS",
+                                         "LEN",        "PREDICATE", "NOT_PRESENT",  "ALIASING"};
 #define N_KINDS ((int)(sizeof(KIND_NAMES) / sizeof(KIND_NAMES[0])))
 
 typedef struct {
@@ -61,6 +62,8 @@ typedef struct {
     int weak;         /* value is a weakref to the real target */
     TensorSpec *tensor;
     PyObject *text;
+    struct { Step *steps; Py_ssize_t nsteps; long group; } *paths; /* ALIASING: values, groups */
+    Py_ssize_t npaths;
 } Check;
 
 /* The checks form a tree by their steps, so a value that many checks read through the same
@@ -269,22 +272,61 @@ static Py_ssize_t eval_node(GuardSetObject *gs, const Node *node, PyObject *v, c
     return -1;
 }
 
+/* ALIASING: among the values read by c->paths, two are the same object exactly when their
+ * groups are equal, as when the graph was traced. Compiled graphs (AOTAutograd) specialize on
+ * which tensor inputs alias each other. */
+static int aliasing_matches(const Check *c, const PydGuardCtx *ctx, const char **detail)
+{
+    PyObject *small[16], **seen = c->npaths <= 16 ? small : PyMem_Calloc(c->npaths, sizeof(PyObject *));
+    if (seen == NULL) return -1;
+    int ok = 1;
+    Py_ssize_t i;
+    for (i = 0; i < c->npaths && ok == 1; i++) {
+        PyObject *v = NULL;
+        for (Py_ssize_t k = 0; k < c->paths[i].nsteps; k++) {
+            PyObject *next = read_step(&c->paths[i].steps[k], v, ctx);
+            Py_XDECREF(v);
+            if ((v = next) == NULL) break;
+        }
+        if (v == NULL && PyErr_Occurred()) PyErr_Clear(); /* unreadable: other checks report it */
+        seen[i] = v;
+        for (Py_ssize_t j = 0; v != NULL && j < i; j++) {
+            if ((seen[j] == v) != (c->paths[j].group == c->paths[i].group)) {
+                ok = 0;
+                *detail = seen[j] == v ? "two inputs are now the same object" : "inputs no longer alias";
+            }
+        }
+    }
+    for (Py_ssize_t j = 0; j < i; j++) Py_XDECREF(seen[j]);
+    if (seen != small) PyMem_Free(seen);
+    return ok;
+}
+
 int pyd_guardset_check(PyObject *self, const PydGuardCtx *ctx, PyObject **why)
 {
     GuardSetObject *gs = (GuardSetObject *)self;
     const char *detail = NULL;
     Py_ssize_t failed = -1;
-    /* global-state predicates (no steps) first: the cheapest to fail on */
+    /* checks without steps first: global-state predicates, then aliasing */
     for (Py_ssize_t i = 0; i < gs->n && failed < 0; i++) {
         const Check *c = &gs->checks[i];
         if (c->nsteps) continue;
-        PyObject *r = PyObject_CallNoArgs(c->value);
-        int ok = r ? PyObject_IsTrue(r) : -1;
-        Py_XDECREF(r);
+        int ok;
+        if (c->kind == ALIASING) {
+            ok = aliasing_matches(c, ctx, &detail);
+        } else {
+            PyObject *r = PyObject_CallNoArgs(c->value);
+            ok = r ? PyObject_IsTrue(r) : -1;
+            Py_XDECREF(r);
+        }
         if (ok < 0) { PyErr_Clear(); detail = "raised an exception"; }
         if (ok != 1) failed = i;
     }
     if (failed < 0) failed = eval_node(gs, &gs->root, NULL, ctx, &detail);
+    /* symbolic-shape facts last: the tensors they read have passed TENSOR_MATCH (rank known) */
+    for (Py_ssize_t i = 0; i < gs->n && failed < 0; i++)
+        if (gs->checks[i].kind == SHAPE_ENV && pyd_shape_program_check(gs->checks[i].shapes, ctx, &detail) != 1)
+            failed = i;
     if (failed < 0) return 1;
     if (why != NULL) {
         const Check *c = &gs->checks[failed];
@@ -295,6 +337,55 @@ int pyd_guardset_check(PyObject *self, const PydGuardCtx *ctx, PyObject **why)
 }
 
 Py_ssize_t pyd_guardset_max_local(PyObject *self) { return ((GuardSetObject *)self)->max_local; }
+
+/* ---------------------------------------------------------------- chains outside checks */
+
+struct PydChain {
+    Check c; /* only its steps are used */
+};
+
+PydChain *pyd_chain_parse(PyObject *steps)
+{
+    PydChain *chain = PyMem_Calloc(1, sizeof(PydChain));
+    if (chain == NULL) return (PydChain *)PyErr_NoMemory();
+    if (parse_steps(steps, &chain->c) < 0) {
+        pyd_chain_free(chain);
+        return NULL;
+    }
+    return chain;
+}
+
+void pyd_chain_free(PydChain *chain)
+{
+    if (chain == NULL) return;
+    free_check(&chain->c);
+    PyMem_Free(chain);
+}
+
+PyObject *pyd_chain_read(const PydChain *chain, const PydGuardCtx *ctx)
+{
+    PyObject *v = NULL;
+    for (Py_ssize_t i = 0; i < chain->c.nsteps; i++) {
+        PyObject *next = read_step(&chain->c.steps[i], v, ctx);
+        Py_XDECREF(v);
+        if ((v = next) == NULL) {
+            PyErr_Clear();
+            return NULL;
+        }
+    }
+    return v;
+}
+
+static PyObject *interned(PyObject **slot, const char *name)
+{
+    if (*slot == NULL) *slot = PyUnicode_InternFromString(name); /* immortal enough: kept forever */
+    return *slot;
+}
+
+static PyObject *str_size, *str_stride, *str_storage_offset;
+PyObject *pyd_str_size(void) { return interned(&str_size, "size"); }
+PyObject *pyd_str_stride(void) { return interned(&str_stride, "stride"); }
+PyObject *pyd_str_storage_offset(void) { return interned(&str_storage_offset, "storage_offset"); }
 
 /* ---------------------------------------------------------------- building from Python */
 
@@ -419,11 +510,17 @@ static int parse_tensor_spec(PyObject *value, Check *c)
 
 static void free_check(Check *c)
 {
+    for (Py_ssize_t p = 0; p < c->npaths; p++) {
+        for (Py_ssize_t i = 0; i < c->paths[p].nsteps; i++) Py_XDECREF(c->paths[p].steps[i].name);
+        PyMem_Free(c->paths[p].steps);
+    }
+    PyMem_Free(c->paths);
     for (Py_ssize_t i = 0; i < c->nsteps; i++) Py_XDECREF(c->steps[i].name);
     PyMem_Free(c->steps);
     Py_XDECREF(c->value);
     Py_XDECREF(c->text);
     free_tensor_spec(c->tensor);
+    pyd_shape_program_free(c->shapes);
     memset(c, 0, sizeof(*c));
 }
 
@@ -506,8 +603,8 @@ static PyObject *GuardSet_add(GuardSetObject *self, PyObject *args)
         return NULL;
     }
     if (parse_steps(steps, &c) < 0) goto fail;
-    if (c.nsteps == 0 && c.kind != PREDICATE) {
-        PyErr_SetString(PyExc_ValueError, "GuardSet.add: only PREDICATE checks may have no steps");
+    if (c.nsteps == 0 && c.kind != PREDICATE && c.kind != ALIASING) {
+        PyErr_SetString(PyExc_ValueError, "GuardSet.add: only PREDICATE and ALIASING checks may have no steps");
         goto fail;
     }
     c.text = Py_NewRef(text);
@@ -562,6 +659,33 @@ static PyObject *GuardSet_add(GuardSetObject *self, PyObject *args)
     }
     case NOT_PRESENT:
         break;
+    case ALIASING: {
+        PyObject *paths, *groups;
+        if (c.nsteps || !PyTuple_Check(value) || !PyArg_ParseTuple(value, "O!O!", &PyTuple_Type, &paths,
+                                                                   &PyTuple_Type, &groups) ||
+            PyTuple_GET_SIZE(paths) != PyTuple_GET_SIZE(groups)) {
+            PyErr_Clear();
+            PyErr_SetString(PyExc_TypeError, "ALIASING takes no steps and (paths, groups): a tuple of step "
+                            "tuples and a tuple of as many ints");
+            goto fail;
+        }
+        c.npaths = PyTuple_GET_SIZE(paths);
+        c.paths = PyMem_Calloc(c.npaths ? c.npaths : 1, sizeof(*c.paths));
+        if (c.paths == NULL) { PyErr_NoMemory(); goto fail; }
+        for (Py_ssize_t p = 0; p < c.npaths; p++) {
+            Check tmp;
+            memset(&tmp, 0, sizeof(tmp));
+            int r = parse_steps(PyTuple_GET_ITEM(paths, p), &tmp);
+            c.paths[p].steps = tmp.steps;
+            c.paths[p].nsteps = tmp.nsteps;
+            if (r < 0) goto fail;
+            c.paths[p].group = PyLong_AsLong(PyTuple_GET_ITEM(groups, p));
+            if (c.paths[p].group == -1 && PyErr_Occurred()) goto fail;
+            if (tmp.nsteps == 0) { PyErr_SetString(PyExc_ValueError, "ALIASING: an empty path"); goto fail; }
+        }
+        c.value = Py_NewRef(value);
+        break;
+    }
     }
     if (self->n == self->cap) {
         Py_ssize_t cap = self->cap ? self->cap * 2 : 8;

@@ -25,4 +25,15 @@ Py_ssize_t pyd_guardset_max_local(PyObject *guardset);
 
 int pyd_guards_init(PyObject *module);
 
+/* A chain of steps (a root, then getattr / getitem steps) read outside a check (shape_guards.c). */
+typedef struct PydChain PydChain;
+PydChain *pyd_chain_parse(PyObject *steps);  /* NULL with an exception set */
+void pyd_chain_free(PydChain *chain);
+/* New reference to the value the chain reads, or NULL (never with an exception set). */
+PyObject *pyd_chain_read(const PydChain *chain, const PydGuardCtx *ctx);
+/* Interned method names, borrowed. */
+PyObject *pyd_str_size(void);
+PyObject *pyd_str_stride(void);
+PyObject *pyd_str_storage_offset(void);
+
 #endif

@@ -60,6 +60,9 @@ exception while reading means the check fails. Check kinds, with their ``value``
 * ``LEN``          an int: ``len(v) == value``
 * ``PREDICATE``    a callable: ``bool(value(v))``; with no steps at all, ``value()`` is called
 * ``NOT_PRESENT``  no value: the read must fail (e.g. a global that must not exist)
+* ``ALIASING``     no steps; value: ``(paths, groups)``, a tuple of step tuples and a tuple of as
+                   many ints. Two of the values are the same object exactly when their groups are
+                   equal (graphs specialize on which tensor inputs alias each other)
 
 Every check has a ``text``: how it reads in logs and in recompile reasons.
 """

@@ -159,6 +159,18 @@ class GuardBuilder:
         dtype = torch.get_default_dtype()
         self.PREDICATE(None, _DefaultDtypeIs(dtype), f"torch.get_default_dtype() == {dtype}")
 
+    def ALIASING(self, sources, values):
+        """Which of the tensors at ``sources`` are the same object stays as traced (compiled
+        graphs, through AOTAutograd, specialize on aliasing between their inputs)."""
+        groups, first = [], {}
+        for v in values:
+            groups.append(first.setdefault(id(v), len(first)))
+        shown = [s.name() for s in sources]
+        same = [f"{a} is {b}" for i, a in enumerate(shown) for j, b in enumerate(shown[:i]) if groups[i] == groups[j]]
+        text = f"aliasing of {', '.join(shown)} as traced" + (f" ({'; '.join(same)})" if same else " (all distinct)")
+        self._add((), "ALIASING", (tuple(s.steps() for s in sources), tuple(groups)), text,
+                  key=((), "ALIASING", tuple(shown)))
+
     def NN_MODULE_NO_HOOKS(self, source, value=None):
         # LEN checks on the hook dicts (instance attributes: read in C) rather than a Python
         # predicate per module per call

@@ -160,6 +160,12 @@ class OutputGraph:
         return outputs
 
     def _compile(self):
+        # Parameters and buffers are distinct objects by construction (tied weights are one input:
+        # inputs are keyed by source and module members by identity of their dict entries);
+        # tensors reached from arguments or globals could be passed twice, so that is guarded.
+        free = [(src, value) for src, value, _ in self.inputs.values() if not isinstance(src, ModuleMemberSource)]
+        if len(free) > 1:
+            self.guards.ALIASING([s for s, _ in free], [v for _, v in free])
         gm = torch.fx.GraphModule(torch.nn.Module(), self.graph)
         gm.recompile()
         self.graph_module = gm

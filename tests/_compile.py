@@ -118,6 +118,11 @@ def _equals(a, b):
 
 def check_one(check, args, f_globals, f_builtins, closure):
     steps, kind, value, _ = check
+    if kind == "ALIASING":
+        paths, groups = value
+        vals = [_read(p, args, f_globals, f_builtins, closure) for p in paths]
+        return all((vals[i] is vals[j]) == (groups[i] == groups[j])
+                   for i in range(len(vals)) for j in range(i))
     if not steps:
         return bool(value())
     try:

@@ -362,3 +362,17 @@ def test_super_method_is_guarded_by_identity():
     finally:
         Base.scale = original
     assert cnt.frame_count == 2
+
+
+def test_aliased_tensor_arguments_get_their_own_entry():
+    def f(a, b):
+        a.add_(1)
+        return b * 2  # reads the mutation when b is a
+
+    opt = pydynamo.optimize("aot_eager")(f)
+    assert torch.equal(opt(torch.ones(3), torch.ones(3)), torch.full((3,), 2.0))
+    x = torch.ones(3)
+    assert torch.equal(opt(x, x), torch.full((3,), 4.0))  # as eager: a wrong cache hit would give 2
+    x = torch.ones(3)
+    assert torch.equal(opt(x, x), torch.full((3,), 4.0))
+    assert _C.cache_size(f) == 2

@@ -186,3 +186,16 @@ def test_fast_tensor_guards_are_used_when_built():
     gs = one(L(0), "TENSOR_MATCH", tensor_spec(x), "L['x']")
     assert gs.check([x], {}) and gs.first_failure([x.t()], {}) == "L['x'] (size)"
     assert _C.fast_tensor_guards() == built
+
+
+def test_aliasing_pattern():
+    a, b = object(), object()
+    paths = ((("L", 0),), (("L", 1),), (("L", 2),))
+    distinct = one((), "ALIASING", (paths, (0, 1, 2)), "distinct")
+    assert distinct.check([a, b, []], {})
+    assert distinct.first_failure([a, a, b], {}) == "distinct (two inputs are now the same object)"
+    shared = one((), "ALIASING", (paths, (0, 0, 1)), "x is y")
+    assert shared.check([a, a, b], {})
+    assert shared.first_failure([a, b, b], {}) is not None
+    with pytest.raises(TypeError, match="ALIASING takes no steps"):
+        one((), "ALIASING", (paths, (0,)), "bad")
