@@ -11,9 +11,10 @@
 #include <string.h>
 
 enum { ROOT_LOCAL, ROOT_GLOBAL, ROOT_BUILTIN, ROOT_CLOSURE, STEP_ATTR, STEP_ITEM };
-enum { TYPE_MATCH, ID_MATCH, EQUALS_MATCH, TENSOR_MATCH, DICT_KEYS, LEN, PREDICATE, NOT_PRESENT, ALIASING };
+enum { TYPE_MATCH, ID_MATCH, EQUALS_MATCH, TENSOR_MATCH, DICT_KEYS, LEN, PREDICATE, NOT_PRESENT, ALIASING,
+       SHAPE_ENV };
 static const char *const KIND_NAMES[] = {"TYPE_MATCH", "ID_MATCH",  "EQUALS_MATCH", "TENSOR_MATCH", "DICT_KEYS",
-                                         "LEN",        "PREDICATE", "NOT_PRESENT",  "ALIASING"};
+                                         "LEN",        "PREDICATE", "NOT_PRESENT",  "ALIASING",     "SHAPE_ENV"};
 #define N_KINDS ((int)(sizeof(KIND_NAMES) / sizeof(KIND_NAMES[0])))
 
 typedef struct {
@@ -61,6 +62,7 @@ typedef struct {
     PyObject *value;  /* ID/TYPE_MATCH: the object or a weakref to it; others: the constant */
     int weak;         /* value is a weakref to the real target */
     TensorSpec *tensor;
+    PydShapeProgram *shapes; /* SHAPE_ENV */
     PyObject *text;
     struct { Step *steps; Py_ssize_t nsteps; long group; } *paths; /* ALIASING: values, groups */
     Py_ssize_t npaths;
@@ -310,7 +312,7 @@ int pyd_guardset_check(PyObject *self, const PydGuardCtx *ctx, PyObject **why)
     /* checks without steps first: global-state predicates, then aliasing */
     for (Py_ssize_t i = 0; i < gs->n && failed < 0; i++) {
         const Check *c = &gs->checks[i];
-        if (c->nsteps) continue;
+        if (c->nsteps || c->kind == SHAPE_ENV) continue;
         int ok;
         if (c->kind == ALIASING) {
             ok = aliasing_matches(c, ctx, &detail);
@@ -339,6 +341,9 @@ int pyd_guardset_check(PyObject *self, const PydGuardCtx *ctx, PyObject **why)
 Py_ssize_t pyd_guardset_max_local(PyObject *self) { return ((GuardSetObject *)self)->max_local; }
 
 /* ---------------------------------------------------------------- chains outside checks */
+
+static int parse_steps(PyObject *steps, Check *c);
+static void free_check(Check *c);
 
 struct PydChain {
     Check c; /* only its steps are used */
@@ -376,16 +381,11 @@ PyObject *pyd_chain_read(const PydChain *chain, const PydGuardCtx *ctx)
     return v;
 }
 
-static PyObject *interned(PyObject **slot, const char *name)
-{
-    if (*slot == NULL) *slot = PyUnicode_InternFromString(name); /* immortal enough: kept forever */
-    return *slot;
-}
-
+/* made in pyd_guards_init, kept forever */
 static PyObject *str_size, *str_stride, *str_storage_offset;
-PyObject *pyd_str_size(void) { return interned(&str_size, "size"); }
-PyObject *pyd_str_stride(void) { return interned(&str_stride, "stride"); }
-PyObject *pyd_str_storage_offset(void) { return interned(&str_storage_offset, "storage_offset"); }
+PyObject *pyd_str_size(void) { return str_size; }
+PyObject *pyd_str_stride(void) { return str_stride; }
+PyObject *pyd_str_storage_offset(void) { return str_storage_offset; }
 
 /* ---------------------------------------------------------------- building from Python */
 
@@ -603,8 +603,12 @@ static PyObject *GuardSet_add(GuardSetObject *self, PyObject *args)
         return NULL;
     }
     if (parse_steps(steps, &c) < 0) goto fail;
-    if (c.nsteps == 0 && c.kind != PREDICATE && c.kind != ALIASING) {
-        PyErr_SetString(PyExc_ValueError, "GuardSet.add: only PREDICATE and ALIASING checks may have no steps");
+    if (c.nsteps == 0 && c.kind != PREDICATE && c.kind != ALIASING && c.kind != SHAPE_ENV) {
+        PyErr_SetString(PyExc_ValueError, "GuardSet.add: only PREDICATE, ALIASING and SHAPE_ENV checks may have no steps");
+        goto fail;
+    }
+    if (c.nsteps && c.kind == SHAPE_ENV) {
+        PyErr_SetString(PyExc_ValueError, "GuardSet.add: SHAPE_ENV checks take no steps (their bindings read values)");
         goto fail;
     }
     c.text = Py_NewRef(text);
@@ -658,6 +662,9 @@ static PyObject *GuardSet_add(GuardSetObject *self, PyObject *args)
         break;
     }
     case NOT_PRESENT:
+        break;
+    case SHAPE_ENV:
+        if ((c.shapes = pyd_shape_program_parse(value)) == NULL) goto fail;
         break;
     case ALIASING: {
         PyObject *paths, *groups;
@@ -823,6 +830,9 @@ static PyMethodDef guards_functions[] = {
 int pyd_guards_init(PyObject *module)
 {
     if (PyModule_AddFunctions(module, guards_functions) < 0) return -1;
+    if (!(str_size = PyUnicode_InternFromString("size")) || !(str_stride = PyUnicode_InternFromString("stride")) ||
+        !(str_storage_offset = PyUnicode_InternFromString("storage_offset")))
+        return -1;
     if (PyType_Ready(&PydGuardSet_Type) < 0) return -1;
     return PyModule_AddObjectRef(module, "GuardSet", (PyObject *)&PydGuardSet_Type);
 }

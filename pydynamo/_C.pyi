@@ -63,6 +63,17 @@ exception while reading means the check fails. Check kinds, with their ``value``
 * ``ALIASING``     no steps; value: ``(paths, groups)``, a tuple of step tuples and a tuple of as
                    many ints. Two of the values are the same object exactly when their groups are
                    equal (graphs specialize on which tensor inputs alias each other)
+* ``SHAPE_ENV``    no steps; value: ``(bindings, facts)``: the symbolic-shape facts of a trace
+                   (pydynamo/shapes.py), checked after every other check passed. ``bindings`` is a
+                   tuple of ``(steps, prop, dim)``, each read once per evaluation as an int64:
+                   prop ``"size"`` / ``"stride"`` -> ``v.size(dim)`` / ``v.stride(dim)``,
+                   ``"storage_offset"`` -> ``v.storage_offset()``, ``"int"`` -> ``v`` itself (an
+                   exact int, not a bool). ``facts`` is a tuple of ``(program, text)``; a program
+                   is a postfix tuple of instructions: ``("v", i)`` push binding i, ``("c", k)``
+                   push k, binary ``+ - * // % ** == != < <= > >= and or min max``, unary ``not
+                   neg abs`` (each a 1-tuple), with Python's semantics (floor division / modulo).
+                   Every fact must leave a non-zero value; an unreadable binding, an overflow or a
+                   division by zero fails the check. A failure names the fact's text.
 
 Every check has a ``text``: how it reads in logs and in recompile reasons.
 """

@@ -11,6 +11,7 @@ from . import _C, config, logs
 from .backends import list_backends, lookup_backend, register_backend
 from .eval_frame import OptimizedModule, disable, optimize, run_only
 from .explain import ExplainOutput, explain
+from .shapes import mark_dynamic, mark_static
 
 _C.set_error_handler(logs.report_callback_error)
 logs.configure(config.logs)
@@ -41,4 +42,4 @@ def reset():
 
 
 __all__ = ["optimize", "compile", "disable", "reset", "explain", "ExplainOutput", "run_only", "list_backends", "register_backend",
-           "OptimizedModule", "config"]
+           "OptimizedModule", "config", "mark_dynamic", "mark_static"]

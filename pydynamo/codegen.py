@@ -27,10 +27,11 @@ class PyCodegen:
     def __call__(self, var):
         from .variables.dicts import DictVariable
         from .variables.lists import ListVariable
+        from .variables.sym import SymNodeVariable
         from .variables.tensor import TensorVariable
         if id(var) in self._temps:
             return self.load_local(self._temps[id(var)])
-        if isinstance(var, TensorVariable):
+        if isinstance(var, (TensorVariable, SymNodeVariable)):
             return self._tensor(var)
         var.reconstruct(self)
         if isinstance(var, (ListVariable, DictVariable)) and var.source is None:

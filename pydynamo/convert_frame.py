@@ -23,6 +23,9 @@ _SKIP_PREFIXES = (_PYDYNAMO_DIR, _TORCH_DIR) + _STDLIB_DIRS
 # Code objects whose cache-size-limit warning was given (weakly held: codes die with their functions).
 _warned_limit = weakref.WeakSet()
 
+# Automatic dynamic (shapes.DynamicPolicy): per code, the sizes and int arguments its compiles saw.
+_frame_state = weakref.WeakKeyDictionary()
+
 # Code the user asked to compile by name although it lives in a skipped place: the forward of a
 # torch.nn module given to optimize()/compile() (nn.Sequential, nn.Linear, ...).
 _requested = weakref.WeakSet()
@@ -74,15 +77,43 @@ class ConvertFrame:
             return None  # existing entries keep serving hits; misses run eagerly
         if cache_size and logs.enabled("recompiles"):
             logs.get("recompiles").info("recompiling %s: %s", _where(code), self._failures(frame, code))
+        if not cache_size:  # a code's first compile (or first since a reset) specializes
+            _frame_state.pop(code, None)
         return self._compile(frame, code)
 
-    def _compile(self, frame, code):
+    def _convert(self, frame, code):
+        """One trace; a trace with symbolic sizes that fails in a way a static one might not
+        (a guard the C programs cannot express, a backend that cannot take symbols) is retried
+        with every size static."""
+        from .shapes import ConstraintViolationError, DynamicPolicy
         from .translator import convert
-        t0 = time.perf_counter()
         closure = frame.closure if frame.closure is not None else None
+        from .resume import is_resume_code
+        # a resume function's int arguments are the caller's locals at a break (loop counters):
+        # they stay constants, so a loop unrolled across breaks keeps its static shape
+        policy = DynamicPolicy(self.dynamic, _frame_state.setdefault(code, {}),
+                               dynamic_ints=not is_resume_code(code))
+        args = (code, frame.f_globals, frame.f_builtins, frame.f_locals, closure, self.backend)
         try:
-            new_code, checks = convert(code, frame.f_globals, frame.f_builtins, frame.f_locals, closure,
-                                       self.backend, fullgraph=self.fullgraph)
+            return convert(*args, fullgraph=self.fullgraph, dynamic=policy)
+        except (Unsupported, ConstraintViolationError):
+            raise
+        except Exception as e:
+            if not policy.used:
+                raise
+            logs.get("recompiles").info("compiling %s with symbolic sizes failed (%s: %s); compiling it "
+                                        "with static sizes", _where(code), type(e).__name__, e)
+        policy.static = True
+        return convert(*args, fullgraph=self.fullgraph, dynamic=policy)
+
+    def _compile(self, frame, code):
+        from .shapes import ConstraintViolationError
+        t0 = time.perf_counter()
+        try:
+            new_code, checks = self._convert(frame, code)
+        except ConstraintViolationError as e:
+            e._pydynamo_propagate = True
+            raise
         except Unsupported as e:
             if self.fullgraph:
                 e._pydynamo_propagate = True
@@ -148,6 +179,7 @@ def note_graph_break(exc, what="graph break"):
 compile_times = []
 
 def reset():
+    _frame_state.clear()
     _warned_limit.clear()
     _logged_breaks.clear()
     compile_times.clear()

@@ -124,14 +124,18 @@ class GuardBuilder:
             self.TYPE_MATCH(source, value)
             self.PREDICATE(source, EqualsPredicate(value), f"{source.name()} == {value!r}")
 
-    def TENSOR_MATCH(self, source, value):
+    def TENSOR_MATCH(self, source, value, sizes=None, strides=None):
+        """``sizes`` / ``strides``: what to check (None in a position: any, a symbolic size whose
+        facts the SHAPE_ENV check holds); the tensor's own by default."""
         if value.layout is not torch.strided or value.is_nested:
             raise NotImplementedError("only strided tensors are guarded")
-        sizes, strides = tuple(value.size()), tuple(value.stride())
+        sizes = tuple(value.size()) if sizes is None else sizes
+        strides = tuple(value.stride()) if strides is None else strides
         info = (type(value), value.dtype, value.device, value.layout, value.requires_grad,
                 sizes, strides)
+        shown = lambda ints: "[" + ", ".join("*" if i is None else str(i) for i in ints) + "]"  # noqa: E731
         text = (f"{source.name()}: {type(value).__name__}({value.dtype}, {value.device}, "
-                f"size={list(sizes)}, stride={list(strides)}, requires_grad={value.requires_grad})")
+                f"size={shown(sizes)}, stride={shown(strides)}, requires_grad={value.requires_grad})")
         self._add(source.steps(), "TENSOR_MATCH", info, text)
 
     def DICT_KEYS(self, source, value):
@@ -144,6 +148,11 @@ class GuardBuilder:
 
     def NOT_PRESENT(self, source, value=None):
         self._add(source.steps(), "NOT_PRESENT", None, f"{source.name()} does not exist")
+
+    def SHAPE_ENV(self, bindings, facts):
+        """The symbolic-shape facts (``(program, text)`` pairs over ``bindings``, see shapes.py)."""
+        text = "symbolic shapes: " + "; ".join(t for _, t in facts)
+        self._add((), "SHAPE_ENV", (bindings, facts), text)
 
     def PREDICATE(self, source, fn, text):
         steps = source.steps() if source is not None else ()

@@ -42,10 +42,13 @@ def reset():
 
 
 class OutputGraph:
-    def __init__(self, code, f_globals, backend):
+    def __init__(self, code, f_globals, backend, dynamic=None):
+        from .shapes import ShapeTracker
         self.code, self.f_globals, self.backend = code, f_globals, backend
         self.graph = torch.fx.Graph()
-        self.fake_mode = FakeTensorMode()
+        self.current_tx = None  # the translator running now (user locations for shape errors)
+        self.shapes = ShapeTracker(dynamic, self.user_location)
+        self.fake_mode = FakeTensorMode(shape_env=self.shapes.shape_env)
         self.guards = GuardBuilder()
         self.inputs = {}  # source name -> (source, real tensor, TensorVariable)
         self.side_effects = SideEffects()
@@ -57,18 +60,41 @@ class OutputGraph:
 
     # ---- building the graph -------------------------------------------------------------------
 
+    def user_location(self):
+        tx = self.current_tx
+        if tx is None or tx.current is None:
+            return None
+        return f"{tx.code.co_filename}:{tx.current.lineno} ({tx.code.co_name})"
+
+    def _placeholder(self, source):
+        first_op = next((n for n in self.graph.nodes if n.op != "placeholder"), None)
+        if first_op is not None:
+            with self.graph.inserting_before(first_op):
+                return self.graph.placeholder(source.graph_input_name())
+        return self.graph.placeholder(source.graph_input_name())
+
+    def add_symint_input(self, source, value):
+        """A Python int argument with a symbolic value: a SymInt graph input."""
+        from .variables.sym import SymNodeVariable
+        key = source.name()
+        if key in self.inputs:
+            return self.inputs[key][2]
+        node = self._placeholder(source)
+        sym = self.shapes.symint(source, value)
+        node.meta["example_value"] = sym
+        var = SymNodeVariable(node, sym, source)
+        self.inputs[key] = (source, sym, var)  # backends get the SymInt, as torch.compile's do
+        return var
+
     def add_graph_input(self, source, value):
+        """A tensor graph input; its sizes are symbolic where the dynamic policy says so (then
+        its guards are added when the trace ends, see finish_guards)."""
         from .variables.tensor import TensorVariable
         key = source.name()
         if key in self.inputs:
             return self.inputs[key][2]
-        first_op = next((n for n in self.graph.nodes if n.op != "placeholder"), None)
-        if first_op is not None:
-            with self.graph.inserting_before(first_op):
-                node = self.graph.placeholder(source.graph_input_name())
-        else:
-            node = self.graph.placeholder(source.graph_input_name())
-        fake = self.fake_mode.from_tensor(value, static_shapes=True)
+        node = self._placeholder(source)
+        fake = self.shapes.fakify(self.fake_mode, source, value)
         node.meta["example_value"] = fake
         # a module's parameter or buffer: backends may treat its address as stable (Inductor does)
         node.meta["pydynamo_static"] = isinstance(source, ModuleMemberSource) and source.table != "_modules"
@@ -94,6 +120,8 @@ class OutputGraph:
             raise Unsupported(f"{what}: operator {e} does not support fake tensors") from None
         except Exception as e:
             raise Unsupported(f"{what} raised {type(e).__name__} while tracing: {e}") from None
+        if self.shapes.shape_env.pending_fresh_unbacked_symbols:
+            raise Unsupported(f"{what}: output size depends on tensor data")
         node = self.graph.create_node(kind, target, node_args, node_kwargs)
         node.meta["example_value"] = value
         return wrap_fx_value(tx, node, value)
@@ -152,8 +180,9 @@ class OutputGraph:
     def _graph_outputs(self, values):
         from .variables.tensor import TensorVariable
         seen, outputs = set(), []
+        from .variables.sym import SymNodeVariable
         for var in walk_values(values):
-            if isinstance(var, TensorVariable) and var.node.op != "placeholder" \
+            if isinstance(var, (TensorVariable, SymNodeVariable)) and var.node.op != "placeholder" \
                     and var.node not in seen:
                 seen.add(var.node)
                 outputs.append(var)
@@ -163,15 +192,24 @@ class OutputGraph:
         # Parameters and buffers are distinct objects by construction (tied weights are one input:
         # inputs are keyed by source and module members by identity of their dict entries);
         # tensors reached from arguments or globals could be passed twice, so that is guarded.
-        free = [(src, value) for src, value, _ in self.inputs.values() if not isinstance(src, ModuleMemberSource)]
+        free = [(src, value) for src, value, _ in self.inputs.values()
+                if isinstance(value, torch.Tensor) and not isinstance(src, ModuleMemberSource)]
         if len(free) > 1:
             self.guards.ALIASING([s for s, _ in free], [v for _, v in free])
+        _remove_dead_size_nodes(self.graph)
         gm = torch.fx.GraphModule(torch.nn.Module(), self.graph)
         gm.recompile()
         self.graph_module = gm
         example_inputs = [value for _, value, _ in self.inputs.values()]
         try:
-            compiled = self.backend(gm, example_inputs)
+            if self.shapes.used:
+                # as torch.compile does: the backend's fake tensors and guards (Inductor's
+                # divisibility assumptions) go to this graph's ShapeEnv, whose facts are guarded
+                from torch._guards import TracingContext, tracing
+                with tracing(TracingContext(self.fake_mode)):
+                    compiled = self.backend(gm, example_inputs)
+            else:
+                compiled = self.backend(gm, example_inputs)
         except Exception as e:
             raise BackendCompilerFailed(self.backend, e) from e
         name = f"__compiled_fn_{next(_compiled_fn_ids)}"
@@ -180,12 +218,25 @@ class OutputGraph:
         return name
 
 
+def _remove_dead_size_nodes(graph):
+    """Size arithmetic that nothing used (folded in a branch, or only guarded) is not computed."""
+    from .shapes import is_symbolic_value
+    for node in reversed(list(graph.nodes)):
+        if node.op in ("call_function", "call_method") and not node.users \
+                and is_symbolic_value(node.meta.get("example_value")):
+            graph.erase_node(node)
+
+
 def _map(args, fn):
     return tuple(fn(a) for a in args)
 
 
+def _node_of(t):
+    return t.node
+
+
 def _node_arg(var):
-    return _graph_arg(var, lambda t: t.node)
+    return _graph_arg(var, _node_of)
 
 
 def _fake_arg(var):
@@ -199,8 +250,11 @@ def _graph_arg(var, tensor_fn):
     from .variables.lists import BaseListVariable, SizeVariable, SliceVariable
     from .variables.tensor import TensorVariable
     from .variables.user_defined import UserDefinedClassVariable
+    from .variables.sym import SymNodeVariable
     if isinstance(var, TensorVariable):
         return tensor_fn(var)
+    if isinstance(var, SymNodeVariable):
+        return var.node if tensor_fn is _node_of else var.value
     if isinstance(var, ConstantVariable):
         value = var.value  # numpy scalars are float/int subclasses: graphs hold plain numbers
         if type(value) in (bool, int, float, complex):

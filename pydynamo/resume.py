@@ -129,6 +129,10 @@ def _make_resume_code(code, index, shape, live):
     return new
 
 
+def is_resume_code(code):
+    return code in _origins
+
+
 def resume_code(code, index, shape, live):
     """The (memoised) resume code and, for code without free variables, the name of the global
     holding its function (None otherwise: the caller makes the closure)."""

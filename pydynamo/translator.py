@@ -62,6 +62,7 @@ class TranslatorBase(OpcodeHandlers):
     # ---- running ------------------------------------------------------------------------------
 
     def run(self):
+        outer, self.output.current_tx = self.output.current_tx, self
         try:
             while not self.done:
                 inst = self.current = self.instructions[self.ip]
@@ -75,6 +76,8 @@ class TranslatorBase(OpcodeHandlers):
             lineno = self.current.lineno if self.current is not None else self.code.co_firstlineno
             e.add_frame(self.code.co_filename, lineno, self.code.co_name)
             raise
+        finally:
+            self.output.current_tx = outer
 
     def dispatch(self, inst):
         if inst.opname in UNSUPPORTED:
@@ -147,8 +150,8 @@ class InstructionTranslator(TranslatorBase):
     """
 
     def __init__(self, code, f_globals, f_builtins, f_locals, closure, backend, fullgraph=False,
-                 break_at=None):
-        output = OutputGraph(code, f_globals, backend)
+                 break_at=None, dynamic=None):
+        output = OutputGraph(code, f_globals, backend, dynamic)
         super().__init__(output, code, f_globals, f_builtins, GlobalSource, {}, {}, 0)
         self.fullgraph = fullgraph
         self.break_at = break_at  # (step, Unsupported) found by an earlier trace, or None
@@ -366,7 +369,7 @@ class InliningTranslator(TranslatorBase):
         self.done = True  # paused: GeneratorVariable resumes it with run()
 
 
-def convert(code, f_globals, f_builtins, f_locals, closure, backend, *, fullgraph=False):
+def convert(code, f_globals, f_builtins, f_locals, closure, backend, *, fullgraph=False, dynamic=None):
     """Trace one frame; return ``(new_code, checks)`` or raise ``Unsupported``.
 
     ``f_locals`` holds the frame's arguments by name, ``closure`` the function's __closure__.
@@ -378,7 +381,8 @@ def convert(code, f_globals, f_builtins, f_locals, closure, backend, *, fullgrap
     What cannot be captured becomes a graph break (the new code calls a resume function for the
     rest; each break is reported to convert_frame.note_graph_break); where no break is possible
     ``Unsupported`` is raised and the caller runs the frame eagerly. With ``fullgraph`` the
-    first thing that cannot be captured is raised.
+    first thing that cannot be captured is raised. ``dynamic`` (a shapes.DynamicPolicy, or
+    None: all sizes static) says which sizes are symbolic.
     """
     if bu.is_generator(code):
         raise Unsupported(f"{code.co_name} is a generator or coroutine")
@@ -389,7 +393,7 @@ def convert(code, f_globals, f_builtins, f_locals, closure, backend, *, fullgrap
         while True:
             torch._C._set_grad_enabled(grad_mode)
             tx = InstructionTranslator(code, f_globals, f_builtins, f_locals, closure, backend,
-                                       fullgraph, break_at)
+                                       fullgraph, break_at, dynamic)
             tx.output.guards.GRAD_MODE()
             tx.output.guards.DEFAULT_DTYPE()
             try:
@@ -405,4 +409,7 @@ def convert(code, f_globals, f_builtins, f_locals, closure, backend, *, fullgrap
     from .convert_frame import note_graph_break
     for exc in tx.graph_breaks:
         note_graph_break(exc)
+    if tx.output.shapes.used:  # after the backends ran: their assumptions are guarded too
+        tx.output.shapes.check_marked()
+        tx.output.shapes.add_guards(tx.output.guards)
     return tx.output.new_code, tx.output.guards.checks

@@ -199,3 +199,59 @@ def test_aliasing_pattern():
     assert shared.first_failure([a, b, b], {}) is not None
     with pytest.raises(TypeError, match="ALIASING takes no steps"):
         one((), "ALIASING", (paths, (0,)), "bad")
+
+
+def _shape_env_set(*facts, bindings=None):
+    bindings = bindings or ((L(0), "size", 0), (L(1), "int", 0))
+    gs = _C.GuardSet()
+    gs.add((), "SHAPE_ENV", (bindings, facts), "symbolic shapes")
+    return gs
+
+
+def test_shape_env_facts_evaluated_in_c():
+    torch = _torch()
+    gs = _shape_env_set(((("c", 2), ("v", 0), ("<=",)), "2 <= s0"),
+                        ((("v", 0), ("c", 4), ("%",), ("c", 0), ("==",)), "s0 % 4 == 0"),
+                        ((("v", 1), ("v", 0), ("==",)), "n == s0"))
+    assert gs.check([torch.randn(8, 3), 8], {})
+    assert gs.first_failure([torch.randn(6, 3), 6], {}) == "symbolic shapes (s0 % 4 == 0)"
+    assert gs.first_failure([torch.randn(8, 3), 7], {}) == "symbolic shapes (n == s0)"
+    assert "could not be read" in gs.first_failure([torch.randn(8, 3), 8.0], {})  # not an int
+    assert not gs.check([torch.randn(8, 3), True], {})  # bool is not int
+    assert not gs.check([torch.randn(8, 3)], {})          # missing argument
+
+
+def test_shape_env_python_semantics_and_overflow():
+    fact = ((("v", 1), ("c", -7), ("//",), ("c", -2), ("==",), ("v", 1), ("c", -7), ("%",), ("c", -4), ("==",),
+             ("and",)), "floor")
+    gs = _shape_env_set(fact, bindings=((L(0), "int", 0), (L(1), "int", 0)))
+    assert gs.check([0, 10], {})      # Python: 10 // -7 == -2, 10 % -7 == -4 (C truncates: -1, 3)
+    assert not gs.check([0, 3], {})
+    div0 = _shape_env_set(((("v", 0), ("v", 1), ("//",), ("c", 0), (">=",)), "div"),
+                          bindings=((L(0), "int", 0), (L(1), "int", 0)))
+    assert not div0.check([3, 0], {})  # division by zero fails, never passes
+    big = _shape_env_set(((("v", 0), ("v", 0), ("*",), ("c", 0), (">",)), "square"),
+                         bindings=((L(0), "int", 0), (L(1), "int", 0)))
+    assert big.check([3, 0], {}) and not big.check([2 ** 40, 0], {})  # overflow fails
+    assert not big.check([2 ** 70, 0], {})
+
+
+def test_shape_env_strides_and_offsets():
+    torch = _torch()
+    bindings = ((L(0), "stride", 0), (L(0), "size", 1), (L(0), "storage_offset", 0))
+    gs = _shape_env_set(((("v", 0), ("v", 1), ("==",)), "contiguous rows"),
+                        ((("v", 2), ("c", 0), ("==",)), "offset 0"), bindings=bindings)
+    base = torch.randn(6, 6)
+    assert gs.check([base], {})
+    assert gs.first_failure([base[:, :3]], {}) == "symbolic shapes (contiguous rows)"
+    assert gs.first_failure([base[1:]], {}) == "symbolic shapes (offset 0)"
+
+
+def test_shape_env_refuses_bad_programs():
+    bad_facts = [((("+",),), "underflow"), ((("v", 0),), "no binding"),
+                 ((("c", 1), ("c", 2)), "two values"), ((("c", 1), ("?",)), "unknown op")]
+    for value in [((), (fact,)) for fact in bad_facts] + [(((L(0), "volume", 0),), ()), "not a tuple"]:
+        with pytest.raises((TypeError, ValueError)):
+            _C.GuardSet().add((), "SHAPE_ENV", value, "bad")
+    with pytest.raises(ValueError):
+        _C.GuardSet().add(L(0), "SHAPE_ENV", ((), ()), "steps are not allowed")

@@ -37,8 +37,14 @@ def _tensor(tx, value, source):
         raise Unsupported(f"tensors with layout {value.layout} are not supported")
     if type(value) is not torch.Tensor and not isinstance(value, torch.nn.Parameter):
         raise Unsupported(f"tensor subclass {type(value).__name__}")
-    _guard(tx, source, "TENSOR_MATCH", value)
-    return tx.output.add_graph_input(source, value)
+    var = tx.output.add_graph_input(source, value)
+    if not _has_symbolic_size(var.example_value):  # else guarded when the trace ends (shapes.py)
+        _guard(tx, source, "TENSOR_MATCH", value)
+    return var
+
+
+def _has_symbolic_size(fake):
+    return any(isinstance(s, torch.SymInt) for s in (*fake.size(), *fake.stride()))
 
 
 def _module(tx, value, source):
@@ -49,6 +55,9 @@ def _module(tx, value, source):
 
 
 def _constant(tx, value, source):
+    if type(value) is int and source is not None and tx.output.shapes.policy.int_is_dynamic(source, value):
+        _guard(tx, source, "TYPE_MATCH", value)  # its value: the SHAPE_ENV check
+        return tx.output.add_symint_input(source, value)
     kind = "ID_MATCH" if isinstance(value, (torch.dtype, enum.Enum)) or value is Ellipsis \
         else "EQUALS_MATCH"
     _guard(tx, source, kind, value)

@@ -99,6 +99,8 @@ def call_builtin(tx, fn, args, kwargs):
         return handler(tx, *args, **kwargs)
     if fn in _PURE and _all_constant(args, kwargs):
         return fold(fn, args, kwargs)
+    if fn in _PURE and any(_sym_operands(a) for a in [*args, *kwargs.values()]):
+        return _builtin_on_sizes(tx, fn, args, kwargs)
     raise Unsupported(f"builtin {getattr(fn, '__qualname__', fn)} with arguments "
                       f"{[type(a).__name__ for a in args]} is not supported")
 
@@ -107,9 +109,33 @@ def _any_tensor(*args):
     return any(isinstance(a, TensorVariable) for a in args)
 
 
+def _sym_operands(*args):
+    """Arithmetic on a symbolic size with numbers: a graph node (see variables/sym.py)."""
+    from .sym import SymNodeVariable
+    return any(isinstance(a, SymNodeVariable) for a in args) and all(
+        isinstance(a, SymNodeVariable) or (a.is_python_constant() and
+                                           type(a.as_python_constant()) in (int, float, bool))
+        for a in args)
+
+
+def _builtin_on_sizes(tx, fn, args, kwargs):
+    """A pure builtin on symbolic sizes: ``int(n)`` is ``n``, ``max``/``min`` of two stay
+    symbolic; anything else is computed on the sizes' values, which guards them."""
+    import torch
+    from .sym import SymNodeVariable
+    if fn is int and len(args) == 1 and not kwargs and args[0].python_type() is int:
+        return args[0]
+    if fn in (max, min) and len(args) == 2 and not kwargs:
+        target = torch.sym_max if fn is max else torch.sym_min
+        return tx.output.call_graph(tx, "call_function", target, tuple(args), {})
+    def concrete(a):
+        return ConstantVariable(a.as_python_constant()) if isinstance(a, SymNodeVariable) else a
+    return fold(fn, [concrete(a) for a in args], {k: concrete(v) for k, v in kwargs.items()})
+
+
 def _make_binary(fn):
     def handler(tx, a, b):
-        if _any_tensor(a, b):
+        if _any_tensor(a, b) or _sym_operands(a, b):
             return tx.output.call_graph(tx, "call_function", fn, (a, b), {})
         if fn is operator.iadd and isinstance(a, ListVariable):
             return a.call_method(tx, "__iadd__", [b], {})
@@ -145,7 +171,7 @@ for _fn in (*BINARY_OPS, *INPLACE_OPS, *COMPARE_OPS):
 
 def _make_unary(fn):
     def handler(tx, a):
-        if isinstance(a, TensorVariable):
+        if isinstance(a, TensorVariable) or _sym_operands(a):
             return tx.output.call_graph(tx, "call_function", fn, (a,), {})
         if a.is_python_constant():
             return fold(fn, [a])

@@ -44,15 +44,21 @@ class TensorVariable(VariableTracker):
         raise DataDependentError("data-dependent control flow: branching on the value of a tensor",
                                  "use torch.where(cond, a, b) to select values instead of branching")
 
-    def size_variable(self):
-        return SizeVariable([ConstantVariable(int(s)) for s in self.example_value.size()])
+    def size_variable(self, tx=None):
+        """x.shape: constants, and graph values (``x.size(i)`` nodes) for symbolic sizes."""
+        return SizeVariable([self._size(tx, i, s) for i, s in enumerate(self.example_value.size())])
+
+    def _size(self, tx, dim, size):
+        if not isinstance(size, torch.SymInt) or not size.node.expr.free_symbols:
+            return ConstantVariable(int(size))
+        return tx.output.call_graph(tx, "call_method", "size", (self, ConstantVariable(dim)), {})
 
     def has_attr(self, tx, name):
         return hasattr(self.example_value, name)
 
     def var_getattr(self, tx, name):
         if name == "shape":
-            return self.size_variable()
+            return self.size_variable(tx)
         if name in _CONSTANT_ATTRS:
             return ConstantVariable(getattr(self.example_value, name))
         if name in _TENSOR_ATTRS:
@@ -69,12 +75,12 @@ class TensorVariable(VariableTracker):
                                      f"move .{name}() out of the compiled region, or keep the value "
                                      "a tensor")
         if name == "size":
-            size = self.size_variable()
+            size = self.size_variable(tx)
             return size if not args else size.getitem(tx, args[0])
         if name == "__len__":
             if self.example_value.dim() == 0:
                 raise Unsupported("TypeError: len() of a 0-d tensor")
-            return self.size_variable().items[0]
+            return self.size_variable(tx).items[0]
         if name in _CONSTANT_METHODS:
             try:
                 const_args = [a.as_python_constant() for a in args]
@@ -82,7 +88,10 @@ class TensorVariable(VariableTracker):
             except Unsupported:
                 raise Unsupported(f"Tensor.{name} with non-constant arguments") from None
             from .builder import wrap_constant
-            return wrap_constant(getattr(self.example_value, name)(*const_args, **const_kwargs))
+            value = getattr(self.example_value, name)(*const_args, **const_kwargs)
+            if _has_symbols(value):  # numel() or stride() of a tensor with symbolic sizes
+                return tx.output.call_graph(tx, "call_method", name, (self, *args), kwargs)
+            return wrap_constant(value)
         if name == "__getitem__":
             return tx.output.call_graph(tx, "call_function", operator.getitem, (self, args[0]), {})
         if name == "__setitem__":
@@ -104,18 +113,33 @@ class TensorVariable(VariableTracker):
         return f"{self.node.name}: {ev.dtype} {list(ev.shape)}"
 
 
+def _has_symbols(value):
+    from ..shapes import is_symbolic_value
+    if isinstance(value, (tuple, list)):
+        return any(_has_symbols(v) for v in value)
+    return is_symbolic_value(value)
+
+
+def _is_graph_value(v):
+    return isinstance(v, torch.Tensor) or _has_symbols(v)
+
+
 def wrap_fx_value(tx, node, value):
     """The tracker for what a graph node returned (``value`` is its fake result)."""
+    from .sym import SymNodeVariable
     graph = tx.output.graph
     if isinstance(value, torch.Tensor):
         return TensorVariable(node, value)
-    if isinstance(value, (tuple, list)) and any(isinstance(v, torch.Tensor) for v in value):
+    if _has_symbols(value) and not isinstance(value, (tuple, list)):
+        return SymNodeVariable.create(node, value)
+    if isinstance(value, (tuple, list)) and any(_is_graph_value(v) for v in value):
         items = []
         for i, v in enumerate(value):
-            if isinstance(v, torch.Tensor):
+            if _is_graph_value(v):
                 item_node = graph.call_function(operator.getitem, (node, i))
                 item_node.meta["example_value"] = v
-                items.append(TensorVariable(item_node, v))
+                items.append(TensorVariable(item_node, v) if isinstance(v, torch.Tensor)
+                             else SymNodeVariable.create(item_node, v))
             else:
                 items.append(_constant_result(v))
         if isinstance(value, list):

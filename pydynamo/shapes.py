@@ -1,0 +1,306 @@
+"""Dynamic shapes: which sizes are symbolic in a compile, the ShapeEnv that reasons about them,
+and the guards it leaves behind.
+
+Policy (``DynamicPolicy``, one per compile): with ``dynamic=None`` (the default) a code's first
+compile specializes every size; a later compile of the same code makes symbolic every tensor
+dimension (and Python int argument) whose value differs from what an earlier compile of that
+code saw (automatic dynamic: the state lives per code in convert_frame). ``dynamic=True`` makes
+every dimension symbolic from the start, ``dynamic=False`` none; ``mark_dynamic`` /
+``mark_static`` override per dimension. Sizes 0 and 1 stay specialized (the ShapeEnv does it).
+Parameters and buffers of modules always stay static.
+
+Symbolic sizes are ``torch.SymInt``s of torch's ``ShapeEnv`` inside fake tensors; the facts the
+trace (and the backend) relied on are the ShapeEnv's guards. ``produce_guards`` renders them as
+Python expressions over ``src.size()[i]`` / ``src.stride()[i]`` / an int source; they are
+compiled here into one ``SHAPE_ENV`` check (postfix programs run in C, see _C.pyi), so a hit
+costs no Python.
+"""
+import ast
+import dataclasses
+import re
+
+import torch
+from torch._guards import GuardSource
+from torch._guards import Source as TorchSource
+from torch.fx.experimental.symbolic_shapes import (DimDynamic, ShapeEnv, StatelessSymbolicContext,
+                                                   is_symbolic)
+
+from .exc import PydynamoError
+from .source import GetItemSource, LocalSource, ModuleMemberSource
+
+_DYNAMIC_ATTR = "_pydynamo_dynamic_dims"
+_STATIC_ATTR = "_pydynamo_static_dims"
+
+
+def _dims(t, index):
+    return {index} if isinstance(index, int) else set(index)
+
+
+def mark_dynamic(t, index):
+    """Make dimension(s) ``index`` of ``t`` symbolic in every compile that reads ``t``; if the
+    program forces such a dimension to a constant, compiling raises ConstraintViolationError."""
+    getattr(t, _STATIC_ATTR, set()).difference_update(_dims(t, index))
+    setattr(t, _DYNAMIC_ATTR, getattr(t, _DYNAMIC_ATTR, set()) | _dims(t, index))
+
+
+def mark_static(t, index):
+    """Keep dimension(s) ``index`` of ``t`` specialized, whatever the dynamic setting."""
+    getattr(t, _DYNAMIC_ATTR, set()).difference_update(_dims(t, index))
+    setattr(t, _STATIC_ATTR, getattr(t, _STATIC_ATTR, set()) | _dims(t, index))
+
+
+class ConstraintViolationError(PydynamoError):
+    """A dimension marked dynamic was specialized by the program."""
+
+
+class ShapeGuardUnsupported(Exception):
+    """A ShapeEnv guard that the C programs cannot express (the compile is retried static)."""
+
+
+class DynamicPolicy:
+    """Which sizes are symbolic in one compile. ``state`` (per code, kept by convert_frame) maps
+    a source's name to the sizes seen (None where a size already changed) or an int's value."""
+
+    def __init__(self, mode=None, state=None, dynamic_ints=True):
+        self.mode, self.state = mode, state if state is not None else {}
+        self.dynamic_ints = dynamic_ints
+        self.static = False  # set for a retry after a failed dynamic compile
+        self.used = False    # some size or int was made symbolic
+
+    def tensor_dims(self, source, value):
+        """(symbolic dims, dims marked dynamic by the user) for tensor ``value`` read by ``source``."""
+        marked = set(getattr(value, _DYNAMIC_ATTR, ()))
+        if self.static or isinstance(source, ModuleMemberSource):
+            return set(), set()
+        sizes = tuple(value.size())
+        key = source.name()
+        seen = self.state.get(key)
+        if not isinstance(seen, tuple) or len(seen) != len(sizes):
+            seen = self.state[key] = sizes  # first sight, or the rank changed: specialize
+        elif self.mode is not False:
+            seen = self.state[key] = tuple(None if a != b else a for a, b in zip(seen, sizes))
+        dims = set(range(len(sizes))) if self.mode is True else \
+            {i for i, s in enumerate(seen) if s is None} if self.mode is None else set()
+        dims = (dims | marked) - set(getattr(value, _STATIC_ATTR, ()))
+        dims = {d for d in dims if d < len(sizes) and sizes[d] not in (0, 1)}
+        self.used |= bool(dims)
+        return dims, marked
+
+    def int_is_dynamic(self, source, value):
+        """Whether int ``value`` read by ``source`` is a SymInt input. Only ints passed as
+        arguments (or inside argument tuples, lists, dicts): attributes of objects and modules,
+        like nn.Module hyper-parameters, stay constants."""
+        if self.static or self.mode is False or not self.dynamic_ints or type(value) is not int \
+                or not _is_argument(source):
+            return False
+        if self.mode is True:
+            self.used = True
+            return True
+        key = source.name()
+        seen = self.state.get(key, value)
+        dynamic = seen is None or (type(seen) is int and seen != value)
+        self.state[key] = None if dynamic else value
+        self.used |= dynamic
+        return dynamic
+
+
+def _is_argument(source):
+    while isinstance(source, GetItemSource):
+        source = source.base
+    return isinstance(source, LocalSource)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Src(TorchSource):
+    """The name a ShapeEnv knows one of our sources by: an identifier, mapped back to the real
+    source when guards are compiled."""
+    ident: str
+
+    @property
+    def name(self):
+        return self.ident
+
+    def guard_source(self):
+        return GuardSource.LOCAL
+
+    def reconstruct(self, codegen):
+        raise NotImplementedError
+
+
+class PydShapeEnv(ShapeEnv):
+    """A ShapeEnv that remembers the user's line where a symbol was specialized to a constant
+    (for the mark_dynamic error)."""
+
+    def __init__(self, where_fn):
+        super().__init__()
+        self.pyd_where_fn, self.pyd_where = where_fn, {}
+
+    def _set_replacement(self, a, tgt, msg):
+        if getattr(tgt, "is_number", False) and a not in self.pyd_where:
+            self.pyd_where[a] = self.pyd_where_fn()
+        return super()._set_replacement(a, tgt, msg)
+
+
+class ShapeTracker:
+    """The symbolic side of one OutputGraph: symbolic fake tensors and ints for its inputs, and
+    at the end the guards that pin them."""
+
+    def __init__(self, policy, where_fn):
+        self.policy = policy or DynamicPolicy()
+        self.shape_env = PydShapeEnv(where_fn)
+        self.tensors = []  # (source, real tensor, fake, marked dims) with a symbolic dimension
+        self.ints = []     # (source, SymInt)
+        self._names = {}   # identifier -> our Source
+
+    def _src(self, source):
+        ident = f"__s{len(self._names)}"
+        self._names[ident] = source
+        return _Src(ident)
+
+    def fakify(self, fake_mode, source, value):
+        """The fake tensor for graph input ``value`` read by ``source``."""
+        dims, marked = self.policy.tensor_dims(source, value)
+        if not dims:
+            return fake_mode.from_tensor(value, static_shapes=True)
+        ctx = StatelessSymbolicContext(
+            dynamic_sizes=[DimDynamic.DUCK if i in dims else DimDynamic.STATIC for i in range(value.dim())],
+            constraint_sizes=[None] * value.dim())
+        fake = fake_mode.from_tensor(value, symbolic_context=ctx, source=self._src(source))
+        # the symbol of each marked dimension, to find where the program specialized it
+        marked = {d: fake.size(d).node.expr for d in marked if isinstance(fake.size(d), torch.SymInt)}
+        self.tensors.append((source, value, fake, marked))
+        return fake
+
+    def symint(self, source, value):
+        sym = self.shape_env.create_unspecified_symint_and_symbol(value, self._src(source), DimDynamic.DYNAMIC)
+        self.ints.append((source, sym))
+        return sym
+
+    @property
+    def used(self):
+        return bool(self.tensors or self.ints)
+
+    # ---- guards -------------------------------------------------------------------------------
+
+    def check_marked(self):
+        for source, _, fake, marked in self.tensors:
+            for d in sorted(marked):
+                size = fake.size(d)
+                value = size.node.maybe_as_int() if isinstance(size, torch.SymInt) else size
+                if value is None or value in (0, 1):
+                    continue
+                where = self.shape_env.pyd_where.get(marked[d])
+                raise ConstraintViolationError(
+                    f"{source.name()}.size()[{d}] was marked dynamic (pydynamo.mark_dynamic) but the "
+                    f"program specialized it to the constant {value}"
+                    + (f" at {where}" if where else "")
+                    + "; remove mark_dynamic, or keep the size symbolic there")
+
+    def add_guards(self, guards):
+        """Add to GuardBuilder ``guards``: TENSOR_MATCH for the symbolic inputs (sizes and strides
+        that stayed constant are checked there, the symbolic ones are None) and one SHAPE_ENV
+        check with every fact the ShapeEnv holds."""
+        for source, value, fake, _ in self.tensors:
+            guards.TENSOR_MATCH(source, value, sizes=_concrete(fake.size()), strides=_concrete(fake.stride()))
+        for source, _ in self.ints:
+            guards.TYPE_MATCH(source, 0)
+        placeholders = [fake for _, _, fake, _ in self.tensors] + [sym for _, sym in self.ints]
+        sources = [_Src(ident) for ident in self._names]
+        exprs = self.shape_env.produce_guards(placeholders, sources)
+        if exprs:
+            compiler = _FactCompiler(self._names)
+            facts = tuple((compiler.compile(e), compiler.text(e)) for e in exprs)
+            guards.SHAPE_ENV(tuple(compiler.bindings), facts)
+
+
+def _concrete(ints):
+    out = []
+    for s in ints:
+        if isinstance(s, torch.SymInt):
+            s = s.node.maybe_as_int()
+        out.append(s)
+    return tuple(out)
+
+
+_BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "//", ast.Mod: "%", ast.Pow: "**"}
+_CMPOPS = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">="}
+_IDENT = re.compile(r"__s\d+")
+
+
+class _FactCompiler:
+    """produce_guards' Python expressions -> postfix programs over bindings (see _C.pyi)."""
+
+    def __init__(self, names):
+        self.names = names
+        self.bindings, self._index = [], {}
+
+    def text(self, expr):
+        return _IDENT.sub(lambda m: self.names[m.group(0)].name(), expr)
+
+    def compile(self, expr):
+        out = []
+        self._emit(ast.parse(expr, mode="eval").body, out)
+        return tuple(out)
+
+    def _bind(self, ident, prop, dim):
+        if ident not in self.names:
+            raise ShapeGuardUnsupported(f"unknown source {ident}")
+        key = (ident, prop, dim)
+        if key not in self._index:
+            self._index[key] = len(self.bindings)
+            self.bindings.append((self.names[ident].steps(), prop, dim))
+        return ("v", self._index[key])
+
+    def _read(self, node):
+        """A binding read: __sN, __sN.size()[i], __sN.stride()[i], __sN.storage_offset()."""
+        if isinstance(node, ast.Name):
+            return self._bind(node.id, "int", 0)
+        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Call) \
+                and isinstance(node.value.func, ast.Attribute) and isinstance(node.slice, ast.Constant) \
+                and node.value.func.attr in ("size", "stride") and isinstance(node.value.func.value, ast.Name):
+            return self._bind(node.value.func.value.id, node.value.func.attr, node.slice.value)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and node.func.attr == "storage_offset" and isinstance(node.func.value, ast.Name):
+            return self._bind(node.func.value.id, "storage_offset", 0)
+        return None
+
+    def _emit(self, node, out):
+        read = self._read(node)
+        if read is not None:
+            out.append(read)
+        elif isinstance(node, ast.Constant) and type(node.value) in (int, bool):
+            out.append(("c", int(node.value)))
+        elif isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
+            self._emit(node.left, out)
+            self._emit(node.right, out)
+            out.append((_BINOPS[type(node.op)],))
+        elif isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.Not, ast.UAdd)):
+            self._emit(node.operand, out)
+            if not isinstance(node.op, ast.UAdd):
+                out.append(("neg",) if isinstance(node.op, ast.USub) else ("not",))
+        elif isinstance(node, ast.Compare) and all(type(op) in _CMPOPS for op in node.ops):
+            left = node.left
+            for i, (op, right) in enumerate(zip(node.ops, node.comparators)):
+                self._emit(left, out)
+                self._emit(right, out)
+                out.append((_CMPOPS[type(op)],))
+                if i:
+                    out.append(("and",))
+                left = right
+        elif isinstance(node, ast.BoolOp):
+            for i, value in enumerate(node.values):
+                self._emit(value, out)
+                if i:
+                    out.append(("and" if isinstance(node.op, ast.And) else "or",))
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.keywords \
+                and node.func.id in ("min", "max", "abs") and node.args:
+            for i, arg in enumerate(node.args):
+                self._emit(arg, out)
+                if i or node.func.id == "abs":
+                    out.append((node.func.id,))
+        else:
+            raise ShapeGuardUnsupported(f"shape guard {ast.unparse(node)!r}")
+
+
+def is_symbolic_value(value):
+    return isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)) and is_symbolic(value)
