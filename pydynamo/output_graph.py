@@ -7,7 +7,6 @@ frame's globals under a fresh ``__compiled_fn_N`` (so the new code reaches it wi
 with no reference cycle through co_extra), and assembles the new code object.
 """
 import itertools
-import operator
 
 import torch
 import torch.fx
@@ -272,7 +271,7 @@ def _graph_arg(var, tensor_fn):
     if isinstance(var, DictVariable):
         return {k: _graph_arg(v, tensor_fn) for k, v in var.items.items()}
     if isinstance(var, UserDefinedClassVariable):
-        return var.cls
+        return var.value
     raise Unsupported(f"{var} cannot be an argument of a graph op")
 
 

@@ -67,6 +67,37 @@ class VariableTracker:
         return ""
 
 
+class ObjectVariable(VariableTracker):
+    """A Python object the trace holds as itself (a builtin, a torch function, a user function,
+    a class, a Python module): its type, constant value and truth are the object's own, and it
+    is reconstructed from its source or as a constant."""
+
+    def __init__(self, value, source=None):
+        super().__init__(source)
+        self.value = value
+
+    def python_type(self):
+        return type(self.value)
+
+    def as_python_constant(self):
+        return self.value
+
+    def truth(self, tx):
+        return True
+
+    def has_attr(self, tx, name):
+        return hasattr(self.value, name)
+
+    def attr_source(self, name):
+        from ..source import AttrSource
+        return AttrSource(self.source, name) if self.source is not None else None
+
+    def reconstruct(self, codegen):
+        if self.source is not None:
+            return self.source.reconstruct(codegen)
+        codegen.load_const(self.value)
+
+
 class NullVariable(VariableTracker):
     """CPython's NULL stack slot (PUSH_NULL, LOAD_GLOBAL's low bit)."""
 

@@ -8,7 +8,7 @@ import math
 import operator
 
 from ..exc import DataDependentError, SideEffectError, Unsupported
-from .base import VariableTracker
+from .base import ObjectVariable
 from .constant import ConstantVariable
 from .dicts import DictVariable, items_of
 from .lists import BaseListVariable, ListIteratorVariable, ListVariable, RangeVariable, TupleVariable
@@ -67,30 +67,12 @@ def fold(fn, args, kwargs=None):
     return wrap_constant(result)
 
 
-class BuiltinVariable(VariableTracker):
-    def __init__(self, fn, source=None):
-        super().__init__(source)
-        self.fn = fn
-
-    def python_type(self):
-        return type(self.fn)
-
-    def as_python_constant(self):
-        return self.fn
-
-    def truth(self, tx):
-        return True
-
+class BuiltinVariable(ObjectVariable):
     def call_function(self, tx, args, kwargs):
-        return call_builtin(tx, self.fn, list(args), dict(kwargs))
-
-    def reconstruct(self, codegen):
-        if self.source is not None:
-            return self.source.reconstruct(codegen)
-        codegen.load_const(self.fn)
+        return call_builtin(tx, self.value, list(args), dict(kwargs))
 
     def _repr_value(self):
-        return getattr(self.fn, "__name__", repr(self.fn))
+        return getattr(self.value, "__name__", repr(self.value))
 
 
 def call_builtin(tx, fn, args, kwargs):

@@ -4,7 +4,7 @@ import types
 from .. import bytecode_utils as bu
 from ..exc import DisabledFunctionError, Unsupported
 from ..source import AttrSource, GetItemSource, GlobalSource, cell_contents_source, function_global_source
-from .base import CellVariable, VariableTracker
+from .base import CellVariable, ObjectVariable, VariableTracker
 from .dicts import DictVariable
 from .lists import TupleVariable
 
@@ -75,37 +75,24 @@ def globals_source_fn(tx, fn_globals, fn_source):
     raise Unsupported("call of a function from another module whose origin is unknown")
 
 
-class UserFunctionVariable(VariableTracker):
-    def __init__(self, fn, source=None):
-        super().__init__(source)
-        self.fn = fn
-
+class UserFunctionVariable(ObjectVariable):
     def python_type(self):
         return types.FunctionType
 
-    def as_python_constant(self):
-        return self.fn
-
-    def truth(self, tx):
-        return True
-
-    def has_attr(self, tx, name):
-        return hasattr(self.fn, name)
-
     def var_getattr(self, tx, name):
         from .builder import wrap_value
-        src = AttrSource(self.source, name) if self.source is not None else None
+        src = self.attr_source(name)
         if name in ("__name__", "__qualname__", "__module__", "__doc__", "__class__"):
-            return wrap_value(tx, getattr(self.fn, name), src)
+            return wrap_value(tx, getattr(self.value, name), src)
         if name == "__code__":  # libraries read co_varnames / co_argcount to inspect signatures
             if src is not None:
-                tx.output.guards.add(src, "ID_MATCH", self.fn.__code__)
+                tx.output.guards.add(src, "ID_MATCH", self.value.__code__)
             from .constant import ConstantVariable
-            return ConstantVariable(self.fn.__code__, src)
+            return ConstantVariable(self.value.__code__, src)
         raise Unsupported(f"function attribute {name!r}")
 
     def _default(self, tx, i):
-        defaults = self.fn.__defaults__ or ()
+        defaults = self.value.__defaults__ or ()
         if -i > len(defaults):
             return None
         from .builder import wrap_value
@@ -113,7 +100,7 @@ class UserFunctionVariable(VariableTracker):
         return wrap_value(tx, defaults[i], src)
 
     def _kwdefault(self, tx, name):
-        kwdefaults = self.fn.__kwdefaults__ or {}
+        kwdefaults = self.value.__kwdefaults__ or {}
         if name not in kwdefaults:
             return None
         from .builder import wrap_value
@@ -121,7 +108,7 @@ class UserFunctionVariable(VariableTracker):
         return wrap_value(tx, kwdefaults[name], src)
 
     def call_function(self, tx, args, kwargs):
-        fn = self.fn
+        fn = self.value
         if getattr(fn, "_pydynamo_disabled", False):
             raise DisabledFunctionError(f"call to {fn.__qualname__}, which is decorated with "
                                         "pydynamo.disable")
@@ -138,7 +125,7 @@ class UserFunctionVariable(VariableTracker):
         return tx.inline_call(code, fn.__globals__, gsrc, bound, cells, fn.__qualname__)
 
     def _repr_value(self):
-        return self.fn.__qualname__
+        return self.value.__qualname__
 
 
 class UserMethodVariable(VariableTracker):

@@ -7,7 +7,7 @@ functions that change torch's global state are refused.
 import torch
 
 from ..exc import Unsupported
-from .base import VariableTracker
+from .base import ObjectVariable
 from .constant import ConstantVariable
 
 # Functions that read True under torch.compile; libraries pick trace-friendly paths by them.
@@ -66,31 +66,13 @@ def is_torch_callable(value):
     return module == "torch" or module.startswith("torch.")
 
 
-class TorchVariable(VariableTracker):
-    def __init__(self, fn, source=None):
-        super().__init__(source)
-        self.fn = fn
-
-    def python_type(self):
-        return type(self.fn)
-
-    def as_python_constant(self):
-        return self.fn
-
-    def truth(self, tx):
-        return True
-
-    def has_attr(self, tx, name):
-        return hasattr(self.fn, name)
-
+class TorchVariable(ObjectVariable):
     def var_getattr(self, tx, name):
-        from ..source import AttrSource
         from .builder import wrap_value
-        src = AttrSource(self.source, name) if self.source is not None else None
-        return wrap_value(tx, getattr(self.fn, name), src)
+        return wrap_value(tx, getattr(self.value, name), self.attr_source(name))
 
     def call_function(self, tx, args, kwargs):
-        fn = self.fn
+        fn = self.value
         if is_compiling_function(fn):
             return ConstantVariable(True)
         if fn in _FOLD:
@@ -116,4 +98,4 @@ class TorchVariable(VariableTracker):
         return tx.output.call_graph(tx, "call_function", fn, tuple(args), kwargs)
 
     def _repr_value(self):
-        return getattr(self.fn, "__qualname__", None) or repr(self.fn)
+        return getattr(self.value, "__qualname__", None) or repr(self.value)

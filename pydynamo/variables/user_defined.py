@@ -5,7 +5,7 @@ import types
 
 from ..exc import UnmodelledCallError, Unsupported
 from ..source import AttrSource, GetItemSource
-from .base import VariableTracker
+from .base import ObjectVariable, VariableTracker
 
 _MISSING = object()
 
@@ -42,71 +42,32 @@ def lookup_class_attr(tx, obj_var, cls, name, src):
 _MISSING_VALUE = object()  # found, but a plain value: read it with getattr
 
 
-class PythonModuleVariable(VariableTracker):
-    def __init__(self, module, source=None):
-        super().__init__(source)
-        self.module = module
-
-    def python_type(self):
-        return types.ModuleType
-
-    def as_python_constant(self):
-        return self.module
-
-    def truth(self, tx):
-        return True
-
-    def has_attr(self, tx, name):
-        return hasattr(self.module, name)
-
+class PythonModuleVariable(ObjectVariable):
     def var_getattr(self, tx, name):
         from .builder import wrap_value
-        if not hasattr(self.module, name):
-            raise Unsupported(f"module {self.module.__name__} has no attribute {name!r}")
-        src = AttrSource(self.source, name) if self.source is not None else None
-        return wrap_value(tx, getattr(self.module, name), src)
+        if not hasattr(self.value, name):
+            raise Unsupported(f"module {self.value.__name__} has no attribute {name!r}")
+        return wrap_value(tx, getattr(self.value, name), self.attr_source(name))
 
     def _repr_value(self):
-        return self.module.__name__
+        return self.value.__name__
 
 
-class UserDefinedClassVariable(VariableTracker):
-    def __init__(self, cls, source=None):
-        super().__init__(source)
-        self.cls = cls
-
-    def python_type(self):
-        return type(self.cls)
-
-    def as_python_constant(self):
-        return self.cls
-
-    def truth(self, tx):
-        return True
-
-    def has_attr(self, tx, name):
-        return hasattr(self.cls, name)
-
+class UserDefinedClassVariable(ObjectVariable):
     def var_getattr(self, tx, name):
         from .builder import wrap_value
-        attr = inspect.getattr_static(self.cls, name, _MISSING)
+        attr = inspect.getattr_static(self.value, name, _MISSING)
         if attr is _MISSING:
-            raise Unsupported(f"class {self.cls.__name__} has no attribute {name!r}")
+            raise Unsupported(f"class {self.value.__name__} has no attribute {name!r}")
         if isinstance(attr, (classmethod, property)):
-            raise Unsupported(f"{type(attr).__name__} {self.cls.__name__}.{name}")
-        src = AttrSource(self.source, name) if self.source is not None else None
-        return wrap_value(tx, getattr(self.cls, name), src)
+            raise Unsupported(f"{type(attr).__name__} {self.value.__name__}.{name}")
+        return wrap_value(tx, getattr(self.value, name), self.attr_source(name))
 
     def call_function(self, tx, args, kwargs):
-        raise Unsupported(f"creating an instance of {self.cls.__qualname__} while tracing")
-
-    def reconstruct(self, codegen):
-        if self.source is not None:
-            return self.source.reconstruct(codegen)
-        codegen.load_const(self.cls)
+        raise Unsupported(f"creating an instance of {self.value.__qualname__} while tracing")
 
     def _repr_value(self):
-        return self.cls.__qualname__
+        return self.value.__qualname__
 
 
 class UserDefinedObjectVariable(VariableTracker):
