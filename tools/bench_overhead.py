@@ -15,7 +15,6 @@ Overheads are the time added per call over `plain`; the ratio is torch.compile's
 """
 import argparse
 import time
-import types
 
 import torch
 

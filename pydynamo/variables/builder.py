@@ -19,7 +19,6 @@ from .dicts import DictVariable
 from .functions import UserFunctionVariable, UserMethodVariable
 from .lists import ListVariable, RangeVariable, SizeVariable, SliceVariable, TupleVariable
 from .nn_module import NNModuleVariable
-from .tensor import TensorVariable
 from .torch import TorchVariable, is_torch_callable
 from .user_defined import PythonModuleVariable, UserDefinedClassVariable, UserDefinedObjectVariable
 

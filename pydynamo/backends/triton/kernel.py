@@ -262,7 +262,7 @@ class KernelCodegen:
         grid, config, warps = self._launch
         params = list(self.params.values())
         sig = ", ".join(params + [f"{k}: tl.constexpr" for k in config])
-        src = [f"@triton.jit", f"def {self.name}({sig}):"] + ["    " + l for l in lines]
+        src = ["@triton.jit", f"def {self.name}({sig}):"] + ["    " + l for l in lines]
         return "\n".join(src), list(self.params), grid, config, warps
 
     def _row_body(self, used):

@@ -10,7 +10,7 @@ import math
 
 import torch
 
-from .ir import ComputedBuffer, FallbackBuffer, InputBuffer
+from .ir import FallbackBuffer
 from .kernel import KernelCodegen
 from .lowering import FallbackOp, TensorRef, ViewOp
 from .scheduler import Group
