@@ -3,7 +3,8 @@
     python tools/bench_models.py [--models resnet,gpt,bert] [--modes infer,train] [--iters 20]
 
 For each model and mode it prints the step time of each system (CUDA events; the systems are
-timed in turns, best of 5 rounds of medians), the ratio pydynamo / torch.compile (target: <= 1.02), the number of graphs each
+timed in turns, best of 10 rounds of medians), the ratio pydynamo / torch.compile (target: <= 1.02; the median over rounds
+of the two systems' times in the same round, so slow drifts cancel), the number of graphs each
 compiled (target: equal), and the first-call (compile) time, and the spread of each system's rounds (max/min - 1: how much of
 the ratio is noise). Run with TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 for honest
 cold compile times (otherwise the second system may hit Inductor's cache for the same graph). Runs on CUDA when available, else on
@@ -75,7 +76,7 @@ def _make_step(fn, model, inputs, mode):
     return step
 
 
-def bench(name, mode, device, size, iters, rounds=5):
+def bench(name, mode, device, size, iters, rounds=10):
     """All three systems built first, then timed in turns (`rounds` rounds of iters/rounds steps
     each), so drifts in clocks or load hit all alike. Each system gets its own copy of the model
     with the same weights."""
@@ -107,18 +108,20 @@ def bench(name, mode, device, size, iters, rounds=5):
         _sync(device)
         steps[system], graphs[system] = step, counter
     times = {s: [] for s in steps}
-    for _ in range(rounds):
-        for system, step in steps.items():
-            times[system].append(_time_steps(step, max(1, iters // rounds), device))
+    order = list(steps)
+    for r in range(rounds):
+        for system in (order if r % 2 == 0 else order[::-1]):  # alternate who goes first
+            times[system].append(_time_steps(steps[system], max(1, iters // rounds), device))
+    paired = statistics.median(o / t for o, t in zip(times["pydynamo"], times["torch.compile"]))
     return {s: (min(times[s]), first[s], graphs[s].graphs if graphs[s] else None,
-                max(times[s]) / min(times[s]) - 1) for s in steps}
+                max(times[s]) / min(times[s]) - 1) for s in steps}, paired
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default="resnet,gpt,bert")
     p.add_argument("--modes", default="infer,train")
-    p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--iters", type=int, default=60)
     a = p.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     size = "bench" if device == "cuda" else "small"
@@ -131,9 +134,9 @@ def main():
           f"{'graphs t/o':>12}{'1st call t/o s':>17}{'spread t/o':>13}")
     for name in a.models.split(","):
         for mode in a.modes.split(","):
-            r = bench(name, mode, device, size, a.iters)
+            r, paired = bench(name, mode, device, size, a.iters)
             (e, _, _, _), (t, tf, tg, ts), (o, of, og, os_) = r["eager"], r["torch.compile"], r["pydynamo"]
-            print(f"{name:<7}{mode:<6}{e:>10.3f}{t:>10.3f}{o:>10.3f}{o / t:>12.3f}{f'{tg}/{og}':>12}"
+            print(f"{name:<7}{mode:<6}{e:>10.3f}{t:>10.3f}{o:>10.3f}{paired:>12.3f}{f'{tg}/{og}':>12}"
                   f"{f'{tf:.1f}/{of:.1f}':>17}{f'{ts:.1%}/{os_:.1%}':>13}", flush=True)
 
 

@@ -37,11 +37,15 @@ def triton_backend(gm, example_inputs):
         log.info("triton backend: inputs not on CUDA (nor CPU with TRITON_INTERPRET=1); running eagerly")
         return gm.forward
     from torch._functorch.aot_autograd import aot_module_simplified
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
 
     from .decomps import decomposition_table
     gm, single = _tuple_output(gm)
+    # The min-cut partitioner saves for backward the cheapest set of tensors and recomputes fused
+    # pointwise work from them (e.g. layer_norm's mean/rstd rather than its normalized output)
     compiled = aot_module_simplified(gm, example_inputs, fw_compiler=compile_aten_graph,
-                                     bw_compiler=compile_aten_graph, decompositions=decomposition_table())
+                                     bw_compiler=compile_aten_graph, decompositions=decomposition_table(),
+                                     partition_fn=min_cut_rematerialization_partition)
     if single:
         return lambda *args: compiled(*args)[0]
     return compiled
