@@ -6,10 +6,12 @@ fake tensors (FakeTensorMode) to learn its result's metadata. At the frame's ret
 frame's globals under a fresh ``__compiled_fn_N`` (so the new code reaches it with LOAD_GLOBAL,
 with no reference cycle through co_extra), and assembles the new code object.
 """
+import contextlib
 import itertools
 
 import torch
 import torch.fx
+from torch._dispatch.python import enable_python_dispatcher
 from torch._subclasses.fake_tensor import (DataDependentOutputException,
                                            DynamicOutputShapeException, FakeTensorMode,
                                            UnsupportedOperatorException)
@@ -108,7 +110,9 @@ class OutputGraph:
         fake_args, fake_kwargs = _map(args, _fake_arg), {k: _fake_arg(v) for k, v in kwargs.items()}
         what = target if isinstance(target, str) else getattr(target, "__name__", repr(target))
         try:
-            with self.fake_mode:
+            # with symbolic sizes, composite ops (matmul, ...) run their Python decompositions,
+            # which reason about SymInts; some C++ ones read sizes as ints and would specialize them
+            with self.fake_mode, (enable_python_dispatcher() if self.shapes.used else contextlib.nullcontext()):
                 if kind == "call_method":
                     value = getattr(fake_args[0], target)(*fake_args[1:], **fake_kwargs)
                 else:
