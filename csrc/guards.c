@@ -10,11 +10,14 @@
 #include "shape_guards.h"
 #include <string.h>
 
-enum { ROOT_LOCAL, ROOT_GLOBAL, ROOT_BUILTIN, ROOT_CLOSURE, STEP_ATTR, STEP_ITEM };
+/* STEP_METHOD_FUNC: an ("a", name), ("a", "__func__") pair fused when the steps are parsed: the
+ * function `obj.name` binds, read without making the bound method (see read_method_func). */
+enum { ROOT_LOCAL, ROOT_GLOBAL, ROOT_BUILTIN, ROOT_CLOSURE, STEP_ATTR, STEP_ITEM, STEP_METHOD_FUNC };
 enum { TYPE_MATCH, ID_MATCH, EQUALS_MATCH, TENSOR_MATCH, DICT_KEYS, LEN, PREDICATE, NOT_PRESENT, ALIASING,
-       SHAPE_ENV };
+       SHAPE_ENV, EMPTY_ATTRS };
 static const char *const KIND_NAMES[] = {"TYPE_MATCH", "ID_MATCH",  "EQUALS_MATCH", "TENSOR_MATCH", "DICT_KEYS",
-                                         "LEN",        "PREDICATE", "NOT_PRESENT",  "ALIASING",     "SHAPE_ENV"};
+                                         "LEN",        "PREDICATE", "NOT_PRESENT",  "ALIASING",     "SHAPE_ENV",
+                                         "EMPTY_ATTRS"};
 #define N_KINDS ((int)(sizeof(KIND_NAMES) / sizeof(KIND_NAMES[0])))
 
 typedef struct {
@@ -88,6 +91,51 @@ typedef struct {
 
 /* ---------------------------------------------------------------- reading values */
 
+/* made in pyd_guards_init, kept forever */
+static PyObject *str_size, *str_stride, *str_storage_offset, *str_func, *str_getattribute;
+static PyObject *object_getattribute; /* object.__getattribute__ */
+
+/* Whether attribute reads on instances of `tp` follow object.__getattribute__ (a class may still
+ * define __getattr__, which only runs when that finds nothing: nn.Module does). */
+static int generic_getattribute(PyTypeObject *tp)
+{
+    return tp->tp_getattro == PyObject_GenericGetAttr || _PyType_Lookup(tp, str_getattribute) == object_getattribute;
+}
+
+/* getattr(obj, name), skipping the slot machinery of classes that only add __getattr__. */
+static PyObject *read_attr(PyObject *obj, PyObject *name)
+{
+    PyTypeObject *tp = Py_TYPE(obj);
+    if (tp->tp_getattro != PyObject_GenericGetAttr && generic_getattribute(tp)) {
+        PyObject *v = _PyObject_GenericGetAttrWithDict(obj, name, NULL, 1);
+        if (v != NULL || PyErr_Occurred()) return v;
+        /* not found: __getattr__ may supply it */
+    }
+    return PyObject_GetAttr(obj, name);
+}
+
+/* getattr(obj, name).__func__ without making the bound method where the answer is plain: generic
+ * attribute lookup, a Python function on the class, no instance attribute of that name. Then
+ * the bound method's __func__ is that function. Anything else takes the two reads. */
+static PyObject *read_method_func(PyObject *obj, PyObject *name)
+{
+    PyTypeObject *tp = Py_TYPE(obj);
+    if (generic_getattribute(tp)) {
+        PyObject *descr = _PyType_Lookup(tp, name); /* borrowed */
+        if (descr != NULL && PyFunction_Check(descr)) {
+            PyObject **dictptr = _PyObject_GetDictPtr(obj);
+            PyObject *shadow = (dictptr && *dictptr) ? PyDict_GetItemWithError(*dictptr, name) : NULL;
+            if (shadow == NULL && !PyErr_Occurred()) return Py_NewRef(descr);
+            PyErr_Clear();
+        }
+    }
+    PyObject *bound = read_attr(obj, name);
+    if (bound == NULL) return NULL;
+    PyObject *fn = PyObject_GetAttr(bound, str_func);
+    Py_DECREF(bound);
+    return fn;
+}
+
 /* New reference to the value `step` reads from `parent` (NULL for a root step), or NULL (with or
  * without an exception set) if it cannot be read. */
 static PyObject *read_step(const Step *step, PyObject *parent, const PydGuardCtx *ctx)
@@ -108,7 +156,9 @@ static PyObject *read_step(const Step *step, PyObject *parent, const PydGuardCtx
             v = PyCell_GET(PyTuple_GET_ITEM(ctx->closure, step->index));
         break;
     case STEP_ATTR:
-        return PyObject_GetAttr(parent, step->name);
+        return read_attr(parent, step->name);
+    case STEP_METHOD_FUNC:
+        return read_method_func(parent, step->name);
     case STEP_ITEM:
         if (PyDict_CheckExact(parent)) {
             v = PyDict_GetItemWithError(parent, step->name);
@@ -206,6 +256,30 @@ static int dict_keys_match(PyObject *v, PyObject *keys)
     return 1;
 }
 
+/* EMPTY_ATTRS: len(getattr(v, name)) == 0 for each name (an nn.Module's hook dicts), read from
+ * the instance dict in one go where that is what getattr would find. */
+static int attrs_empty(PyObject *v, PyObject *names)
+{
+    PyTypeObject *tp = Py_TYPE(v);
+    PyObject **dictptr = generic_getattribute(tp) ? _PyObject_GetDictPtr(v) : NULL;
+    if (dictptr == NULL) PyErr_Clear();
+    PyObject *dict = dictptr ? *dictptr : NULL;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(names); i++) {
+        PyObject *name = PyTuple_GET_ITEM(names, i), *attr = NULL;
+        Py_ssize_t n;
+        /* the instance dict decides unless the class has a (data) descriptor of that name */
+        if (dict != NULL && _PyType_Lookup(tp, name) == NULL) attr = Py_XNewRef(PyDict_GetItemWithError(dict, name));
+        if (attr == NULL) {
+            if (PyErr_Occurred()) return -1;
+            if ((attr = read_attr(v, name)) == NULL) return -1;
+        }
+        n = PyDict_CheckExact(attr) ? PyDict_GET_SIZE(attr) : PyObject_Length(attr);
+        Py_DECREF(attr);
+        if (n != 0) return n < 0 ? -1 : 0;
+    }
+    return 1;
+}
+
 /* Test one check on its value `v` (NULL: it could not be read). 1 pass, 0 fail, -1 error
  * (a failure too). */
 static int test_value(const Check *c, PyObject *v, const char **detail)
@@ -235,6 +309,7 @@ static int test_value(const Check *c, PyObject *v, const char **detail)
         ok = n < 0 ? -1 : n == PyLong_AsSsize_t(target);
         break;
     }
+    case EMPTY_ATTRS: ok = attrs_empty(v, target); break;
     case PREDICATE: {
         PyObject *r = PyObject_CallOneArg(target, v);
         ok = r == NULL ? -1 : PyObject_IsTrue(r);
@@ -381,8 +456,6 @@ PyObject *pyd_chain_read(const PydChain *chain, const PydGuardCtx *ctx)
     return v;
 }
 
-/* made in pyd_guards_init, kept forever */
-static PyObject *str_size, *str_stride, *str_storage_offset;
 PyObject *pyd_str_size(void) { return str_size; }
 PyObject *pyd_str_stride(void) { return str_stride; }
 PyObject *pyd_str_storage_offset(void) { return str_storage_offset; }
@@ -434,6 +507,20 @@ static int parse_steps(PyObject *steps, Check *c)
         }
         st->name = Py_NewRef(arg);
     }
+    /* fuse each (a name, a __func__) pair into one STEP_METHOD_FUNC step */
+    Py_ssize_t out = 0;
+    for (Py_ssize_t i = 0; i < c->nsteps; i++) {
+        Step st = c->steps[i];
+        if (out > 0 && st.kind == STEP_ATTR && c->steps[out - 1].kind == STEP_ATTR &&
+            PyUnicode_CompareWithASCIIString(st.name, "__func__") == 0) {
+            c->steps[out - 1].kind = STEP_METHOD_FUNC;
+            Py_DECREF(st.name);
+            continue;
+        }
+        c->steps[out++] = st;
+    }
+    for (Py_ssize_t i = out; i < c->nsteps; i++) c->steps[i] = (Step){0};
+    c->nsteps = out;
     return 0;
 }
 
@@ -631,6 +718,15 @@ static PyObject *GuardSet_add(GuardSetObject *self, PyObject *args)
         break;
     case DICT_KEYS:
         if (!PyTuple_Check(value)) { PyErr_SetString(PyExc_TypeError, "DICT_KEYS needs a tuple of keys"); goto fail; }
+        c.value = Py_NewRef(value);
+        break;
+    case EMPTY_ATTRS:
+        if (!PyTuple_Check(value)) { PyErr_SetString(PyExc_TypeError, "EMPTY_ATTRS needs a tuple of names"); goto fail; }
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(value); i++)
+            if (!PyUnicode_CheckExact(PyTuple_GET_ITEM(value, i))) {
+                PyErr_SetString(PyExc_TypeError, "EMPTY_ATTRS needs a tuple of str");
+                goto fail;
+            }
         c.value = Py_NewRef(value);
         break;
     case LEN:
@@ -831,8 +927,15 @@ int pyd_guards_init(PyObject *module)
 {
     if (PyModule_AddFunctions(module, guards_functions) < 0) return -1;
     if (!(str_size = PyUnicode_InternFromString("size")) || !(str_stride = PyUnicode_InternFromString("stride")) ||
-        !(str_storage_offset = PyUnicode_InternFromString("storage_offset")))
+        !(str_storage_offset = PyUnicode_InternFromString("storage_offset")) ||
+        !(str_func = PyUnicode_InternFromString("__func__")) ||
+        !(str_getattribute = PyUnicode_InternFromString("__getattribute__")))
         return -1;
+    if ((object_getattribute = _PyType_Lookup(&PyBaseObject_Type, str_getattribute)) == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "object.__getattribute__ not found");
+        return -1;
+    }
+    Py_INCREF(object_getattribute);
     if (PyType_Ready(&PydGuardSet_Type) < 0) return -1;
     return PyModule_AddObjectRef(module, "GuardSet", (PyObject *)&PydGuardSet_Type);
 }

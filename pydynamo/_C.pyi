@@ -46,7 +46,10 @@ The first step is the root:
 * ``("B", name)`` a builtin of the frame
 * ``("C", i)``  the contents of closure cell ``i`` (``co_freevars[i]``)
 
-then any number of ``("a", name)`` (``getattr``) and ``("i", key)`` (``obj[key]``) steps. An
+then any number of ``("a", name)`` (``getattr``) and ``("i", key)`` (``obj[key]``) steps. A pair
+``("a", name), ("a", "__func__")`` is read as one step that returns the class's function without
+making the bound method, where that gives the same object (plain attribute lookup, a Python
+function on the class, no instance attribute of that name). An
 exception while reading means the check fails. Check kinds, with their ``value``:
 
 * ``TYPE_MATCH``   a type: ``type(v) is value``
@@ -58,6 +61,8 @@ exception while reading means the check fails. Check kinds, with their ``value``
                    strides are tuples of ints, ``None`` in a position means "any"
 * ``DICT_KEYS``    a tuple: ``type(v) is dict`` and its keys are exactly these, in this order
 * ``LEN``          an int: ``len(v) == value``
+* ``EMPTY_ATTRS``  a tuple of str: ``len(getattr(v, name)) == 0`` for each (an nn.Module's hook
+                   dicts, read from the instance dict at once)
 * ``PREDICATE``    a callable: ``bool(value(v))``; with no steps at all, ``value()`` is called
 * ``NOT_PRESENT``  no value: the read must fail (e.g. a global that must not exist)
 * ``ALIASING``     no steps; value: ``(paths, groups)``, a tuple of step tuples and a tuple of as

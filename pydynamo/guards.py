@@ -181,11 +181,8 @@ class GuardBuilder:
                   key=((), "ALIASING", tuple(shown)))
 
     def NN_MODULE_NO_HOOKS(self, source, value=None):
-        # LEN checks on the hook dicts (instance attributes: read in C) rather than a Python
-        # predicate per module per call
-        for table in _MODULE_HOOK_DICTS:
-            hooks = AttrSource(source, table)
-            self._add(hooks.steps(), "LEN", 0, f"len({hooks.name()}) == 0")
+        # one C check reading the four hook dicts of the instance, rather than a Python predicate
+        self._add(source.steps(), "EMPTY_ATTRS", _MODULE_HOOK_DICTS, f"{source.name()} has no hooks")
         self.PREDICATE(None, no_global_module_hooks, "no global nn.Module hooks")
 
 

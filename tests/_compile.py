@@ -147,6 +147,8 @@ def check_one(check, args, f_globals, f_builtins, closure):
         return type(v) is dict and tuple(v.keys()) == value
     if kind == "LEN":
         return len(v) == value
+    if kind == "EMPTY_ATTRS":
+        return all(len(getattr(v, name)) == 0 for name in value)
     if kind == "PREDICATE":
         return bool(value(v))
     raise AssertionError(kind)

@@ -255,3 +255,45 @@ def test_shape_env_refuses_bad_programs():
             _C.GuardSet().add((), "SHAPE_ENV", value, "bad")
     with pytest.raises(ValueError):
         _C.GuardSet().add(L(0), "SHAPE_ENV", ((), ()), "steps are not allowed")
+
+
+def test_method_func_read_matches_python_semantics():
+    """("a", "forward"), ("a", "__func__") is read without a bound method where that is the same."""
+    class Base:
+        def forward(self):
+            return 1
+
+    class Custom(Base):
+        def __getattribute__(self, name):  # not the generic lookup: the plain two reads
+            return object.__getattribute__(self, name)
+
+    steps = L(0, ("a", "forward"), ("a", "__func__"))
+    for cls in (Base, Custom):
+        obj = cls()
+        g = one(steps, "ID_MATCH", Base.forward)
+        assert g.check([obj], {})
+        obj.forward = lambda: 2          # an instance attribute shadows the class's function
+        assert not g.check([obj], {})
+        del obj.forward
+        assert g.check([obj], {})
+    g = one(steps, "ID_MATCH", Base.forward)
+    sub = type("Sub", (Base,), {})()
+    assert g.check([sub], {})
+    type(sub).forward = lambda self: 3   # the class's function replaced
+    assert not g.check([sub], {})
+    assert not g.check([object()], {})   # no such attribute
+
+
+def test_empty_attrs_checks_each_named_attribute():
+    torch = _torch()
+    m = torch.nn.Linear(2, 2)
+    hooks = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+    g = one(L(0), "EMPTY_ATTRS", hooks, "no hooks")
+    assert g.check([m], {})
+    h = m.register_forward_pre_hook(lambda mod, args: None)
+    assert g.first_failure([m], {}) == "no hooks"
+    h.remove()
+    assert g.check([m], {})
+    assert not g.check([object()], {})   # attributes missing: fails, never passes
+    with pytest.raises(TypeError):
+        one(L(0), "EMPTY_ATTRS", ["_forward_hooks"])
