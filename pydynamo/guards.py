@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from .source import AttrSource, Source
+from .source import Source
 
 _EQUALS_TYPES = (type(None), bool, int, float, str)
 

@@ -8,12 +8,7 @@ import torch
 import pydynamo
 from pydynamo.testing import CompileCounter
 
-pytestmark = [
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
-    # the CPU Triton tests switch Triton's interpreter on for the whole process at import time,
-    # which breaks Inductor's CUDA kernels: run tests/gpu in a process of its own
-    pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") == "1", reason="Triton interpreter is on in this process"),
-]
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools"))
 import models  # noqa: E402

@@ -22,7 +22,7 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 from torch import empty_strided
-from pydynamo.backends.triton.runtime import restride
+from pydynamo.backends.triton.runtime import Launch, restride
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -82,7 +82,7 @@ def _reads(it, group_produced):
 class WrapperCodegen:
     def __init__(self, lowering, seq):
         self.g, self.seq = lowering, seq
-        self.kernels, self.lines = [], []
+        self.kernels, self.lines, self.launches = [], [], []
 
     def generate(self):
         seq, g = self.seq, self.g
@@ -147,7 +147,9 @@ class WrapperCodegen:
                 self.lines.append(f"{b.name} = empty_strided({b.shape}, {b.stride}, device=DEVICE, dtype={dtype})")
             owned[b.name] = key
         cfg = "".join(f", {k}={v}" for k, v in config.items())
-        self.lines.append(f"{name}[({grid},)]({', '.join(params)}{cfg}, num_warps={warps})")
+        launch = f"launch_{len(self.launches)}"
+        self.launches.append(f"{launch} = Launch({name}, {grid}, {warps}{cfg})")
+        self.lines.append(f"{launch}({', '.join(params)})")
 
     def _fallback(self, it, kernel_reads):
         args = ", ".join([pyrepr(a) for a in it.args] + [f"{k}={pyrepr(v)}" for k, v in it.kwargs.items()])
@@ -175,6 +177,7 @@ class WrapperCodegen:
         out += ["def make(constants, fallback):"]
         if consts:
             out += [f"    {', '.join(consts)}, = constants"]
+        out += ["    " + l for l in self.launches]
         out += ["", "    def call(args):"] + ["        " + l for l in body]
         out += ["", "    return call", ""]
         return "\n".join(out)
