@@ -72,6 +72,11 @@ def restride(t, size, stride):
     return out.copy_(t)
 
 
+def _idle(hook):
+    """Whether a Triton launch hook does nothing (None, or an empty HookChain in Triton >= 3.5)."""
+    return hook is None or getattr(hook, "calls", None) == []
+
+
 class Launch:
     """One kernel launch site of a generated wrapper: ``launch(*tensors)``.
 
@@ -81,7 +86,8 @@ class Launch:
     per-call argument binding and cache lookup (most of a launch's host time) are skipped.
     Anything else takes the JIT path again, so a launch is never specialized wrongly."""
 
-    __slots__ = ("kernel", "grid", "num_warps", "constexprs", "compiled", "device", "aligned", "tail")
+    __slots__ = ("kernel", "grid", "num_warps", "constexprs", "compiled", "device", "aligned", "tail",
+                 "driver", "runtime_knobs")
 
     def __init__(self, kernel, grid, num_warps, **constexprs):
         self.kernel, self.grid, self.num_warps, self.constexprs = kernel, grid, num_warps, constexprs
@@ -90,12 +96,11 @@ class Launch:
     def __call__(self, *args):
         c = self.compiled
         if c is not None:
-            from triton import knobs
-            from triton.runtime.driver import driver
-            if knobs.runtime.launch_enter_hook is None and knobs.runtime.launch_exit_hook is None:
-                device = driver.active.get_current_device()
+            knobs, active = self.runtime_knobs, self.driver.active
+            if _idle(knobs.launch_enter_hook) and _idle(knobs.launch_exit_hook):
+                device = active.get_current_device()
                 if device == self.device and tuple(a.data_ptr() % 16 == 0 for a in args) == self.aligned:
-                    c.run(self.grid, 1, 1, driver.active.get_current_stream(device), c.function,
+                    c.run(self.grid, 1, 1, active.get_current_stream(device), c.function,
                           c.packed_metadata, None, None, None, *args, *self.tail)
                     return
         c = self.kernel.run(*args, grid=(self.grid,), warmup=False, num_warps=self.num_warps, **self.constexprs)
@@ -104,11 +109,13 @@ class Launch:
 
     def _remember(self, c, args):
         try:
+            from triton import knobs
             from triton.runtime.driver import driver
             names = self.kernel.arg_names
             if c is None or not hasattr(c, "packed_metadata") or len(names) != len(args) + len(self.constexprs):
                 return  # the interpreter, or a Triton this launcher does not know
             self.tail = tuple(self.constexprs[n] for n in names[len(args):])
+            self.driver, self.runtime_knobs = driver, knobs.runtime
             self.device = driver.active.get_current_device()
             self.aligned = tuple(a.data_ptr() % 16 == 0 for a in args)
             c.run  # loads the binary now
