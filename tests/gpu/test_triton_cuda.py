@@ -4,7 +4,6 @@ import pytest
 import torch
 
 import pydynamo
-from pydynamo.backends.triton import runtime
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
@@ -73,3 +72,25 @@ def test_training_step_matches_eager():
             torch.testing.assert_close(loss.detach(), want_loss, rtol=1e-5, atol=1e-5)
             for g, e in zip(grads, want):
                 torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5)
+
+
+def test_kernels_compile_in_parallel_before_the_first_launch(monkeypatch):
+    from triton.runtime.jit import JITFunction
+    compiles = []
+    orig = JITFunction._do_compile
+
+    def recording(self, *args, **kwargs):
+        compiles.append(args[-1] if args else kwargs.get("warmup"))  # the warmup flag
+        return orig(self, *args, **kwargs)
+
+    monkeypatch.setattr(JITFunction, "_do_compile", recording)
+    pydynamo.reset()
+
+    def g(x, y):  # several kernels: a reduction, a matmul between, pointwise after
+        a = torch.softmax(x * 3.0, dim=-1)
+        return torch.tanh(a @ y) + a.sum(-1, keepdim=True) * 1.5
+
+    opt = pydynamo.optimize("triton")(g)
+    x, y = torch.randn(128, 96, device="cuda"), torch.randn(96, 96, device="cuda")
+    torch.testing.assert_close(opt(x, y), g(x, y))
+    assert all(compiles), compiles  # whatever was compiled was compiled ahead, by warmup

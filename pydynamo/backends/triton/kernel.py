@@ -55,6 +55,7 @@ class KernelCodegen:
         self.row = self.space.is_row
         self.persistent = self.space.persistent()
         self.params = {}          # buffer name -> kernel parameter name
+        self.dtypes = {}          # buffer name -> its dtype (for compiling ahead of the first call)
         self.in_count = self.out_count = 0
         self.sections = {}        # section key -> list of lines
         self.section = "body"
@@ -129,7 +130,7 @@ class KernelCodegen:
     def load(self, buf, offset):
         if buf.name in self.produced:
             return self.produced[buf.name]
-        param = self._param(buf.name, "in_ptr")
+        param = self._param(buf.name, "in_ptr", buf.dtype)
         vs = _vars_of(offset)
         if not vs:
             text = f"tl.load({param} + {self.render(offset)})"
@@ -143,7 +144,8 @@ class KernelCodegen:
     def _scope(self):
         return "all" if self.persistent else self.section
 
-    def _param(self, name, kind):
+    def _param(self, name, kind, dtype):
+        self.dtypes[name] = dtype
         if name not in self.params:
             if kind == "in_ptr":
                 self.params[name] = f"in_ptr{self.in_count}"
@@ -164,7 +166,7 @@ class KernelCodegen:
         buf = p.buf
         if buf.name not in self.stored:
             return
-        param = self._param(buf.name, "out_ptr")
+        param = self._param(buf.name, "out_ptr", buf.dtype)
         off = p.store_offset
         vs = _vars_of(off)
         index = self.render(off) if vs else f"0 * xindex + {off.const}"

@@ -72,6 +72,27 @@ def restride(t, size, stride):
     return out.copy_(t)
 
 
+def precompile(launches):
+    """Compile a graph's kernels in parallel threads when its wrapper is made (Triton's compiler
+    releases the GIL for most of its work, and ptxas runs as a subprocess), rather than one by one
+    as the first call reaches them. Kernels that fail here are compiled by that call as usual."""
+    if len(launches) < 2 or os.environ.get("TRITON_INTERPRET", "0") == "1":
+        return
+    try:
+        from concurrent.futures import ThreadPoolExecutor
+
+        from triton.runtime.driver import driver
+        driver.active.get_current_device()  # initialize the driver once, in this thread
+        with ThreadPoolExecutor(min(len(launches), os.cpu_count() or 1, 16)) as pool:
+            errors = [f.exception() for f in [pool.submit(launch.warmup) for launch in launches]]
+        failed = [e for e in errors if e is not None]
+        if failed:
+            log.debug("precompile: %d of %d kernels left to their first call (%s)", len(failed), len(launches),
+                      failed[0])
+    except Exception as e:  # the first call compiles them
+        log.debug("precompile skipped: %s", e)
+
+
 def _idle(hook):
     """Whether a Triton launch hook does nothing (None, or an empty HookChain in Triton >= 3.5)."""
     return hook is None or getattr(hook, "calls", None) == []
@@ -86,12 +107,18 @@ class Launch:
     per-call argument binding and cache lookup (most of a launch's host time) are skipped.
     Anything else takes the JIT path again, so a launch is never specialized wrongly."""
 
-    __slots__ = ("kernel", "grid", "num_warps", "constexprs", "compiled", "device", "aligned", "tail",
+    __slots__ = ("kernel", "grid", "num_warps", "dtypes", "constexprs", "compiled", "device", "aligned", "tail",
                  "driver", "runtime_knobs")
 
-    def __init__(self, kernel, grid, num_warps, **constexprs):
+    def __init__(self, kernel, grid, num_warps, dtypes, **constexprs):
         self.kernel, self.grid, self.num_warps, self.constexprs = kernel, grid, num_warps, constexprs
+        self.dtypes = dtypes  # of the pointer arguments, for warmup()
         self.compiled = None
+
+    def warmup(self):
+        """Compile for 16-byte aligned arguments of these dtypes (what a first call will
+        normally need), so that the first call finds the kernel in Triton's cache."""
+        self.kernel.warmup(*self.dtypes, grid=(self.grid,), num_warps=self.num_warps, **self.constexprs)
 
     def __call__(self, *args):
         c = self.compiled

@@ -22,7 +22,7 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 from torch import empty_strided
-from pydynamo.backends.triton.runtime import Launch, restride
+from pydynamo.backends.triton.runtime import Launch, precompile, restride
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -131,7 +131,8 @@ class WrapperCodegen:
         stored = {p.buf.name for p in group.members if p.buf.name in needed}
         kind = "row" if group.space.is_row else "pointwise"
         name = f"triton_{kind}_{len(self.kernels)}"
-        src, params, grid, config, warps = KernelCodegen(group, name, stored).generate()
+        codegen = KernelCodegen(group, name, stored)
+        src, params, grid, config, warps = codegen.generate()
         computes = ", ".join(f"{p.buf.name}{'' if p.buf.name in stored else ' (kept in registers)'}"
                              for p in group.members)
         self.kernels.append(f"# computes {computes}\n{src}")
@@ -148,7 +149,8 @@ class WrapperCodegen:
             owned[b.name] = key
         cfg = "".join(f", {k}={v}" for k, v in config.items())
         launch = f"launch_{len(self.launches)}"
-        self.launches.append(f"{launch} = Launch({name}, {grid}, {warps}{cfg})")
+        dtypes = ", ".join(str(codegen.dtypes[p]) for p in params)
+        self.launches.append(f"{launch} = Launch({name}, {grid}, {warps}, ({dtypes},){cfg})")
         self.lines.append(f"{launch}({', '.join(params)})")
 
     def _fallback(self, it, kernel_reads):
@@ -178,6 +180,8 @@ class WrapperCodegen:
         if consts:
             out += [f"    {', '.join(consts)}, = constants"]
         out += ["    " + l for l in self.launches]
+        if self.launches:
+            out += [f"    precompile([{', '.join(f'launch_{i}' for i in range(len(self.launches)))}])"]
         out += ["", "    def call(args):"] + ["        " + l for l in body]
         out += ["", "    return call", ""]
         return "\n".join(out)
