@@ -98,8 +98,24 @@ def _idle(hook):
     return hook is None or getattr(hook, "calls", None) == []
 
 
+_direct = None  # (triton driver, triton runtime knobs) once some Launch can launch directly
+
+
+def launch_stream():
+    """What a wrapper call passes to its launches: (device, stream) when compiled kernels may be
+    launched directly this call (no launch hooks installed), else None (the JIT path)."""
+    if _direct is None:
+        return None
+    driver, knobs = _direct
+    if not (_idle(knobs.launch_enter_hook) and _idle(knobs.launch_exit_hook)):
+        return None
+    active = driver.active
+    device = active.get_current_device()
+    return device, active.get_current_stream(device)
+
+
 class Launch:
-    """One kernel launch site of a generated wrapper: ``launch(*tensors)``.
+    """One kernel launch site of a generated wrapper: ``launch(launch_stream(), *tensors)``.
 
     The first call goes through Triton's JIT, which compiles the kernel, specialized on which
     pointer arguments are 16-byte aligned. Later calls with the same alignments, on the same
@@ -107,8 +123,7 @@ class Launch:
     per-call argument binding and cache lookup (most of a launch's host time) are skipped.
     Anything else takes the JIT path again, so a launch is never specialized wrongly."""
 
-    __slots__ = ("kernel", "grid", "num_warps", "dtypes", "constexprs", "compiled", "device", "aligned", "tail",
-                 "driver", "runtime_knobs")
+    __slots__ = ("kernel", "grid", "num_warps", "dtypes", "constexprs", "compiled", "device", "aligned", "tail")
 
     def __init__(self, kernel, grid, num_warps, dtypes, **constexprs):
         self.kernel, self.grid, self.num_warps, self.constexprs = kernel, grid, num_warps, constexprs
@@ -120,21 +135,19 @@ class Launch:
         normally need), so that the first call finds the kernel in Triton's cache."""
         self.kernel.warmup(*self.dtypes, grid=(self.grid,), num_warps=self.num_warps, **self.constexprs)
 
-    def __call__(self, *args):
+    def __call__(self, stream, *args):
+        """Launch on ``args``; ``stream`` is launch_stream()'s answer for this wrapper call."""
         c = self.compiled
-        if c is not None:
-            knobs, active = self.runtime_knobs, self.driver.active
-            if _idle(knobs.launch_enter_hook) and _idle(knobs.launch_exit_hook):
-                device = active.get_current_device()
-                if device == self.device and tuple(a.data_ptr() % 16 == 0 for a in args) == self.aligned:
-                    c.run(self.grid, 1, 1, active.get_current_stream(device), c.function,
-                          c.packed_metadata, None, None, None, *args, *self.tail)
-                    return
+        if c is not None and stream is not None and stream[0] == self.device \
+                and tuple(a.data_ptr() % 16 == 0 for a in args) == self.aligned:
+            c.run(self.grid, 1, 1, stream[1], c.function, c.packed_metadata, None, None, None, *args, *self.tail)
+            return
         c = self.kernel.run(*args, grid=(self.grid,), warmup=False, num_warps=self.num_warps, **self.constexprs)
         if self.compiled is None:
             self._remember(c, args)
 
     def _remember(self, c, args):
+        global _direct
         try:
             from triton import knobs
             from triton.runtime.driver import driver
@@ -142,7 +155,7 @@ class Launch:
             if c is None or not hasattr(c, "packed_metadata") or len(names) != len(args) + len(self.constexprs):
                 return  # the interpreter, or a Triton this launcher does not know
             self.tail = tuple(self.constexprs[n] for n in names[len(args):])
-            self.driver, self.runtime_knobs = driver, knobs.runtime
+            _direct = driver, knobs.runtime
             self.device = driver.active.get_current_device()
             self.aligned = tuple(a.data_ptr() % 16 == 0 for a in args)
             c.run  # loads the binary now

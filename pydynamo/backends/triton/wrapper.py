@@ -22,7 +22,7 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 from torch import empty_strided
-from pydynamo.backends.triton.runtime import Launch, precompile, restride
+from pydynamo.backends.triton.runtime import Launch, launch_stream, precompile, restride
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -72,6 +72,24 @@ def pyrepr(v):
     raise NotImplementedError(f"cannot write {type(v).__name__} into the wrapper")
 
 
+# ATen calls written the cheaper way Python can make them (the Tensor method or torch function
+# that binds to the same overload): a torch.ops.aten.*.<overload> call costs 2-4x more host time.
+_METHODS = {"aten.view.default": "view", "aten.permute.default": "permute", "aten.expand.default": "expand",
+            "aten.unsqueeze.default": "unsqueeze", "aten.squeeze.dim": "squeeze", "aten.select.int": "select",
+            "aten.transpose.int": "transpose", "aten.t.default": "t"}
+_FUNCTIONS = {"aten.mm.default": "torch.mm", "aten.bmm.default": "torch.bmm", "aten.addmm.default": "torch.addmm"}
+
+
+def aten_call(op, args, kwargs):
+    """Source of the call ``op(*args, **kwargs)`` (args and kwargs already written as source)."""
+    key = str(op)
+    if not kwargs and args and key in _METHODS:
+        return f"{args[0]}.{_METHODS[key]}({', '.join(args[1:])})"
+    if not kwargs and key in _FUNCTIONS:
+        return f"{_FUNCTIONS[key]}({', '.join(args)})"
+    return f"torch.ops.{key}({', '.join(list(args) + [f'{k}={v}' for k, v in kwargs.items()])})"
+
+
 def _reads(it, group_produced):
     if isinstance(it, Group):
         names = {n for p in it.members for n, _ in p.rec.loads}
@@ -100,9 +118,9 @@ class WrapperCodegen:
             elif isinstance(it, FallbackOp):
                 self._fallback(it, kernel_reads)
             else:
-                args = ", ".join([it.base] + [pyrepr(a) for a in it.args] +
-                                 [f"{k}={pyrepr(v)}" for k, v in it.kwargs.items()])
-                self.lines.append(f"{it.name} = torch.ops.{it.op}({args})")
+                args = [it.base] + [pyrepr(a) for a in it.args]
+                kwargs = {k: pyrepr(v) for k, v in it.kwargs.items()}
+                self.lines.append(f"{it.name} = {aten_call(it.op, args, kwargs)}")
             for name in sorted(n for n, at in last.items() if at == i):
                 if name in owned:
                     pool.setdefault(owned.pop(name), []).append(name)
@@ -151,11 +169,11 @@ class WrapperCodegen:
         launch = f"launch_{len(self.launches)}"
         dtypes = ", ".join(str(codegen.dtypes[p]) for p in params)
         self.launches.append(f"{launch} = Launch({name}, {grid}, {warps}, ({dtypes},){cfg})")
-        self.lines.append(f"{launch}({', '.join(params)})")
+        self.lines.append(f"{launch}({', '.join(['stream'] + params)})")
 
     def _fallback(self, it, kernel_reads):
-        args = ", ".join([pyrepr(a) for a in it.args] + [f"{k}={pyrepr(v)}" for k, v in it.kwargs.items()])
-        self.lines.append(f"{it.name} = torch.ops.{it.op}({args})")
+        args, kwargs = [pyrepr(a) for a in it.args], {k: pyrepr(v) for k, v in it.kwargs.items()}
+        self.lines.append(f"{it.name} = {aten_call(it.op, args, kwargs)}")
         if it.multi:
             for i, o in enumerate(it.outputs):
                 if isinstance(o, FallbackBuffer):
@@ -171,6 +189,8 @@ class WrapperCodegen:
         body = [f"{', '.join(b.name for b in g.inputs)}{',' if len(g.inputs) == 1 else ''} = args"] if g.inputs else []
         if checks:
             body += [f"if {' or '.join(checks)}:", "    return fallback(args)  # strides differ from the trace"]
+        if self.launches:
+            body += ["stream = launch_stream()"]
         body += self.lines
         body += [f"return ({', '.join(g.outputs)}{',' if len(g.outputs) == 1 else ''})"]
         consts = [b.name for b, _ in g.constants]
