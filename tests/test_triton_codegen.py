@@ -192,6 +192,32 @@ def test_matmul_falls_back_with_fusion_around(sources):
     assert "torch.mm(" in src and kernels(src) == 2
 
 
+def test_independent_copies_across_a_matmul_share_a_kernel(sources):
+    """q and v copied out of one projection, a matmul between them (attention): the later copy
+    joins the earlier copy's kernel instead of launching its own."""
+    def attn(qkv):
+        q, k, v = qkv.view(2, 8, 3, 4, 6).permute(2, 0, 3, 1, 4)
+        a = torch.softmax(q @ k.transpose(-2, -1), dim=-1)
+        return a @ v
+    check(attn, r(2, 8, 72))
+    src = sources()[0]
+    assert src.count("torch.bmm(") == 2
+    # q copy + v copy in one kernel, k's transposed copy (another shape), softmax
+    assert kernels(src) == 3
+
+
+def test_no_kernel_moves_across_an_in_place_aten_call():
+    """A buffer may join an earlier kernel across ATen calls, but not across one that writes
+    memory in place (it could read what that call writes)."""
+    from pydynamo.backends.triton.lowering import FallbackOp
+    g = scheduler.Group(scheduler.Space((4, 4)))
+    pure = FallbackOp("f0", torch.ops.aten.mm.default, (), {}, [], False)
+    inplace = FallbackOp("f1", torch.ops.aten.add_.Tensor, (), {}, [], True)
+    assert list(scheduler._joinable([g, pure])) == [g]
+    assert list(scheduler._joinable([g, inplace])) == []
+    assert list(scheduler._joinable([g, inplace, pure])) == []
+
+
 def test_unknown_ops_fall_back():
     idx = torch.tensor([2, 0, 1])
     check(lambda x: (torch.cumsum(x, 1) * 2, torch.sort(x, 1)[0] + 1, x[idx] - 1,

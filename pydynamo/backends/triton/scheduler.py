@@ -165,18 +165,22 @@ def _place_one(space, buf, placed, available):
     return p
 
 
+LOOKBACK = 8  # how many items back a buffer may move to join an earlier kernel
+
+
 def schedule(items, inputs=()):
-    """Items -> sequence of Group | FallbackOp | ViewOp, fusing greedily into the last group.
-    ``inputs``: names of the graph's inputs and constants."""
+    """Items -> sequence of Group | FallbackOp | ViewOp, fusing greedily: into the last group,
+    else into a recent one (see _joinable). ``inputs``: names of the graph's inputs and constants."""
     seq, available = [], set(inputs)
     for it in items:
         if isinstance(it, ComputedBuffer):
-            last = _last_group(seq)
-            try:
-                if last is None:
-                    raise NotFusable("no kernel to join")
-                last.try_add(it, last.available)
-            except NotFusable:
+            for g in _joinable(seq):
+                try:
+                    g.try_add(it, g.available)
+                    break
+                except NotFusable:
+                    continue
+            else:
                 g = Group(Space(it.body.in_shape, it.body.dims) if isinstance(it.body, Reduction)
                           else Space(it.shape))
                 g.available = set(available)
@@ -189,15 +193,18 @@ def schedule(items, inputs=()):
     return seq
 
 
-def _last_group(seq):
-    """The most recent group, if only views stand between it and now (a view of a buffer
-    does not need the buffer's kernel to have finished being built)."""
-    for it in reversed(seq):
+def _joinable(seq):
+    """Groups a new buffer may join, most recent first: the last group, and earlier ones up to
+    LOOKBACK items back (a buffer computed earlier than written is still correct when it reads
+    only what existed when that kernel started, which try_add checks, and no ATen call between
+    writes memory in place). Joining a kernel that reads the same input saves a launch and a read
+    (the copies of q and v out of one qkv projection)."""
+    for it in reversed(seq[-LOOKBACK:]):
         if isinstance(it, Group):
-            return it
-        if type(it).__name__ != "ViewOp":
-            return None
-    return None
+            yield it
+        elif type(it).__name__ == "FallbackOp" and getattr(it.op, "_schema", None) is not None \
+                and it.op._schema.is_mutable:
+            return
 
 
 def _produced(it):
