@@ -218,6 +218,28 @@ def test_no_kernel_moves_across_an_in_place_aten_call():
     assert list(scheduler._joinable([g, inplace, pure])) == []
 
 
+def test_graph_with_an_in_place_op_runs_with_aten(caplog, monkeypatch):
+    """Lowering computes values where they are first needed, which could be after an in-place op
+    writes what they read: such a graph (AOTAutograd never makes one) is not lowered."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from pydynamo.backends.triton import compile_aten_graph, generate_source
+
+    def fn(x, y):
+        a = y * 2
+        y.add_(1)
+        return a, y * 3
+    gm = make_fx(fn)(r(4, 4), r(4, 4))
+    with pytest.raises(NotImplementedError, match="in-place"):
+        generate_source(gm)
+    monkeypatch.delenv("PYDYNAMO_TRITON_STRICT")
+    x, y = r(4, 4), r(4, 4)
+    want = fn(x.clone(), y.clone())
+    got = compile_aten_graph(gm, [x, y])([x, y])
+    torch.testing.assert_close(got[0], want[0])
+    torch.testing.assert_close(got[1], want[1])
+
+
 def test_unknown_ops_fall_back():
     idx = torch.tensor([2, 0, 1])
     check(lambda x: (torch.cumsum(x, 1) * 2, torch.sort(x, 1)[0] + 1, x[idx] - 1,

@@ -184,6 +184,10 @@ class GraphLowering:
         op = node.target
         if not isinstance(op, torch._ops.OpOverload):
             raise NotImplementedError(f"call to {op} in an ATen graph")
+        if op._schema.is_mutable:
+            # values are computed lazily, where first needed: one reading what this op writes
+            # could be computed after it. AOTAutograd's graphs are functional; others run with ATen
+            raise NotImplementedError(f"in-place op {op} in the graph")
         nodes = {id(a): a for a in node.all_input_nodes}
         lookup_node = {id(self.lookup(n)): n for n in nodes.values()}
 
