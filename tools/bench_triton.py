@@ -3,6 +3,7 @@
     python tools/bench_triton.py            # on a CUDA machine: the full table
     python tools/bench_triton.py --quick    # smaller shapes
     TRITON_INTERPRET=1 python tools/bench_triton.py --smoke   # tiny shapes on the CPU, no Inductor
+    python tools/bench_triton.py --count    # any machine: kernels and ATen calls per graph
 
 Both compilers get the same FX graph (torch.fx.symbolic_trace of the workload) and the same
 example inputs: ``triton_backend(gm, inputs)`` and Inductor's ``compile_fx(gm, inputs)``.
@@ -205,12 +206,48 @@ def run_one(backend, fn, inputs, training, device):
     return ms, compile_s, out, grads
 
 
+def count(scale):
+    """Kernels and ATen calls in the generated wrapper of each workload's forward (and backward)
+    graph: what fusion leaves to launch. Generated on the CPU; nothing is compiled or launched."""
+    import re
+
+    from torch._functorch.aot_autograd import aot_module_simplified
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+    from pydynamo.backends.triton import _tuple_output, generate_source
+    from pydynamo.backends.triton.decomps import decomposition_table
+    print("| workload | graph | kernels | ATen calls | views |")
+    print("|---|---|---|---|---|")
+    for wname, fn, inputs, _, training in workloads(torch.device("cpu"), scale):
+        rows = []
+
+        def compiler(gm, example_inputs):
+            src = generate_source(gm)
+            body = src[src.index("    def call(args):"):]
+            rows.append((len(re.findall(r"^        launch_\d+\(", body, re.M)),
+                         len(re.findall(r"^        \w+ = torch\.", body, re.M)),
+                         len(re.findall(r"^        view\d+ = ", body, re.M))))
+            return gm
+
+        gm, single = _tuple_output(torch.fx.symbolic_trace(copy.deepcopy(fn) if isinstance(fn, nn.Module) else fn))
+        compiled = aot_module_simplified(gm, inputs, fw_compiler=compiler, bw_compiler=compiler,
+                                         decompositions=decomposition_table(),
+                                         partition_fn=min_cut_rematerialization_partition)
+        if training:
+            compiled(*inputs)[0].backward()
+        for graph, (k, a, v) in zip(("forward", "backward"), rows):
+            print(f"| {wname} | {graph} | {k} | {a} | {v} |", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="shapes 16x smaller")
     ap.add_argument("--smoke", action="store_true", help="tiny shapes, CPU with TRITON_INTERPRET=1, no Inductor")
     ap.add_argument("--only", default="", help="run workloads whose name starts with these letters, e.g. 'ab'")
+    ap.add_argument("--count", action="store_true", help="kernels and ATen calls per graph (no GPU needed)")
     args = ap.parse_args()
+    if args.count:
+        return count(16 if args.quick else 1)
     device = torch.device("cuda" if torch.cuda.is_available() and not args.smoke else "cpu")
     if device.type == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
         sys.exit("needs CUDA (or --smoke with TRITON_INTERPRET=1)")
