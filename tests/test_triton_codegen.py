@@ -240,6 +240,37 @@ def test_graph_with_an_in_place_op_runs_with_aten(caplog, monkeypatch):
     torch.testing.assert_close(got[1], want[1])
 
 
+@pytest.mark.parametrize("fn, shape", [
+    (lambda x: x.sum(0), (4096, 16)),                       # column sums (a bias gradient)
+    (lambda x: x.sum(0, keepdim=True) * 2, (4096, 16)),
+    (lambda x: x.sum((0, 1)), (64, 64, 8)),                 # several reduced dims
+    (lambda x: x.sum((0, 1), keepdim=True), (64, 64, 8)),
+    (lambda x: x.mean(0) + x.amax(0), (4096, 8)),           # mean's division by the full count
+    (lambda x: x.amin((0, 2)), (2048, 4, 2)),
+    (lambda x: x.sum(), (1 << 16,)),                        # one output
+    (lambda x: torch.var(x, 0), (4096, 4)),
+    (lambda x: (x > 0).sum(0), (4096, 8)),                  # an integer sum
+])
+def test_split_reductions_match_eager(monkeypatch, sources, fn, shape):
+    monkeypatch.setenv("PYDYNAMO_TRITON_SPLIT_REDUCTIONS", "1")
+    check(fn, r(*shape), atol=1e-4, rtol=1e-4)
+    src = sources()[0]
+    assert kernels(src) >= 2  # partials, then their reduction
+
+
+def test_split_reduction_parts():
+    from pydynamo.backends.triton.lowerings import split_factor
+    os.environ["PYDYNAMO_TRITON_SPLIT_REDUCTIONS"] = "1"
+    try:
+        assert split_factor((2048, 512), [0]) == 16      # 8 programs -> 128
+        assert split_factor((8192, 4096), [1]) == 1      # a program per row already
+        assert split_factor((100, 16), [0]) == 1         # short rows: not worth it
+        assert split_factor((4097, 16), [0]) == 1        # no even cut
+    finally:
+        del os.environ["PYDYNAMO_TRITON_SPLIT_REDUCTIONS"]
+    assert split_factor((2048, 512), [0]) == 1           # off by default
+
+
 def test_unknown_ops_fall_back():
     idx = torch.tensor([2, 0, 1])
     check(lambda x: (torch.cumsum(x, 1) * 2, torch.sort(x, 1)[0] + 1, x[idx] - 1,

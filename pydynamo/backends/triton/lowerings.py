@@ -6,6 +6,7 @@ tensors replaced by IR values.  Raising ``Unlowerable`` sends that one node to A
 """
 import math
 import operator
+import os
 
 import torch
 
@@ -440,9 +441,69 @@ def reduction(g, node, x, dims, keepdim, kind, out_dtype, post=None, pre=None):
     def inner(k, index):
         v = ops.cast(x.load(k, index), x.dtype, acc)
         return k.emit(pre(v) if pre else v)
-    red = Reduction(x.shape, _dims(x, dims), kind, inner, out_dtype, keepdim)
+    dims = _dims(x, dims)
+    parts = split_factor(x.shape, dims)
+    if parts > 1:
+        return _split_reduction(g, tuple(x.shape), dims, keepdim, kind, out_dtype, acc, inner, post, parts)
+    red = Reduction(x.shape, dims, kind, inner, out_dtype, keepdim)
     red.acc_dtype, red.post = acc, post
     return g.realize(red)
+
+
+# Split reductions (off unless PYDYNAMO_TRITON_SPLIT_REDUCTIONS=1; not yet timed on a GPU): a
+# reduction with few outputs over long rows - a bias gradient, [2048, 512] summed over dim 0 -
+# runs as a handful of programs, each looping over every row. Split, the first kernel reduces
+# `parts` slices of the rows in parallel into partials, the second sums the partials.
+SPLIT_MIN_PROGRAMS = 128
+
+
+def split_factor(shape, dims):
+    """How many slices to cut the outermost reduced dim into (1: no split)."""
+    if os.environ.get("PYDYNAMO_TRITON_SPLIT_REDUCTIONS", "0") != "1" or not dims:
+        return 1
+    rnumel = math.prod(shape[d] for d in dims)
+    xnumel = math.prod(shape) // max(1, rnumel)
+    if rnumel < 2048:
+        return 1
+    if dims[-1] == len(shape) - 1:  # rows along the contiguous dim: a program per row (or per few)
+        programs = xnumel
+    else:                           # columns: 64 outputs per program
+        programs = -(-xnumel // 64)
+    if programs >= SPLIT_MIN_PROGRAMS:
+        return 1
+    n, parts = shape[dims[0]], 1
+    while parts * 2 <= 256 and programs * parts < SPLIT_MIN_PROGRAMS and n % (parts * 2) == 0 \
+            and rnumel // (parts * 2) >= 64:
+        parts *= 2
+    return parts
+
+
+def _split_reduction(g, shape, dims, keepdim, kind, out_dtype, acc, inner, post, parts):
+    d0, n = dims[0], shape[dims[0]]
+    rows = n // parts
+    # stage 1: shape with dim d0 cut into (parts, rows); reduce the rows and the other reduced dims
+    shape1 = shape[:d0] + (parts, rows) + shape[d0 + 1:]
+    dims1 = [d0 + 1] + [d + 1 for d in dims[1:]]
+
+    def inner1(k, index):
+        return inner(k, list(index[:d0]) + [Affine.lift(index[d0]) * rows + index[d0 + 1]] + list(index[d0 + 2:]))
+    red1 = Reduction(shape1, dims1, kind, inner1, acc, True)
+    red1.acc_dtype, red1.post = acc, None
+    partial = g.realize(red1)  # shape[:d0] + (parts, 1) + (1 where reduced, else the size)
+    # stage 2: reduce the parts; its input has the original's output dims after d0
+    tail = [d for d in range(d0 + 1, len(shape)) if keepdim or d not in dims]
+    shape2 = shape[:d0] + (parts,) + tuple(1 if d in dims else shape[d] for d in tail)
+
+    def inner2(k, index):
+        rest = iter(index[d0 + 1:])
+        full = list(index[:d0 + 1]) + [Affine()] + \
+            [next(rest) if (keepdim or d not in dims) else Affine() for d in range(d0 + 1, len(shape))]
+        return partial.load(k, full)
+    red2 = Reduction(shape2, [d0], kind, inner2, out_dtype, keepdim)
+    total = math.prod(shape[d] for d in dims)
+    red2.acc_dtype = acc
+    red2.post = None if post is None else (lambda v, _n: post(v, total))
+    return g.realize(red2)
 
 
 @lowering(aten.sum.dim_IntList, aten.sum.default)
