@@ -20,6 +20,7 @@ class PyCodegen:
         self._temps = {}  # id(tracker) -> local holding the object already built
         self._keep_alive = []
         self._ntemps = 0
+        self._shared, self._source_temps = set(), {}  # see load_sources
 
     def append(self, *insts):
         self.instructions.extend(insts)
@@ -49,6 +50,33 @@ class PyCodegen:
         if var.source is not None and var.node.op == "placeholder":
             return var.source.reconstruct(self)
         raise Unsupported(f"tensor {var} is neither a graph output nor an input")
+
+    def load_sources(self, sources):
+        """Push the value of each source. A base that several of them are read through (the
+        submodule holding a layer's weight and bias) is read once and kept in a temporary local:
+        straight-line code, so every later read finds it set."""
+        counts = {}
+        for src in sources:
+            base = getattr(src, "base", None)
+            while getattr(base, "base", None) is not None:  # roots (locals, globals) load in one op
+                counts[base.name()] = counts.get(base.name(), 0) + 1
+                base = base.base
+        self._shared = {name for name, n in counts.items() if n > 1}
+        try:
+            for src in sources:
+                self.source(src)
+        finally:
+            self._shared, self._source_temps = set(), {}
+
+    def source(self, src):
+        """Push the value of Source ``src`` (sources reconstruct their bases through here)."""
+        key = src.name()
+        if key in self._source_temps:
+            return self.load_local(self._source_temps[key])
+        src.reconstruct(self)
+        if key in self._shared:
+            name = self._source_temps[key] = self.new_temp()
+            self.append(bu.create_instruction("COPY", 1), bu.create_store_local(name))
 
     def new_temp(self):
         self._ntemps += 1

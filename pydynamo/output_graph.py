@@ -145,8 +145,7 @@ class OutputGraph:
             name = self._compile()
             cg.load_global(name, push_null=True)
             sources = [src for src, _, _ in self.inputs.values()]
-            for src in sources:
-                src.reconstruct(cg)
+            cg.load_sources(sources)
             cg.append_call(len(sources))
             cg.store_local(GRAPH_OUT)
             cg.graph_outputs = {v.node: i for i, v in enumerate(outputs)}

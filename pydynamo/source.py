@@ -108,7 +108,7 @@ class AttrSource(Source):
         return self.base.steps() + (("a", self.member),)
 
     def reconstruct(self, codegen):
-        self.base.reconstruct(codegen)
+        codegen.source(self.base)
         codegen.append(bu.create_load_attr(self.member))
 
 
@@ -124,7 +124,7 @@ class GetItemSource(Source):
         return self.base.steps() + (("i", self.index),)
 
     def reconstruct(self, codegen):
-        self.base.reconstruct(codegen)
+        codegen.source(self.base)
         codegen.load_const(self.index)
         codegen.append(bu.create_binary_subscr())
 
@@ -149,7 +149,7 @@ class ModuleMemberSource(Source):
 
     def reconstruct(self, codegen):
         # the same direct dict reads as the guard: generated code loads graph inputs every call
-        self.base.reconstruct(codegen)
+        codegen.source(self.base)
         codegen.append(bu.create_load_attr(self.table))
         codegen.load_const(self.key)
         codegen.append(bu.create_binary_subscr())

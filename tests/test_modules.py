@@ -298,3 +298,21 @@ def test_multihead_attention_module():
     c = compile_fn(fn)
     q = torch.randn(2, 5, 8)
     assert same(c(q), fn(q))
+
+
+def test_graph_inputs_read_each_submodule_once():
+    """The generated code passes every parameter to the graph; a submodule holding several of
+    them is read from its parent once per call, not once per parameter."""
+    import dis
+
+    import pydynamo
+    from pydynamo import _C
+    model = nn.Sequential(nn.Sequential(nn.Linear(4, 4), nn.LayerNorm(4)), nn.Linear(4, 2))
+    opt = pydynamo.optimize("eager")(model)
+    x = torch.randn(3, 4)
+    assert same(opt(x), model(x))
+    (entry,) = _C.get_cache_entries(type(model).forward.__code__)
+    consts = [i.argval for i in dis.get_instructions(entry.code) if i.opname == "LOAD_CONST"]
+    # model[0] holds 4 tensors through 2 submodules, model[0][0] and [0][1] 2 each: one read each
+    assert consts.count("0") == 2 and consts.count("1") == 2
+    assert same(opt(x), model(x))
