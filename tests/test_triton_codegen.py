@@ -183,6 +183,27 @@ def test_cross_entropy():
     check(lambda x: F.cross_entropy(x, t), r(6, 10))
 
 
+def test_gather_is_an_indirect_load(sources):
+    x, t = r(6, 10), torch.randint(0, 10, (6, 3))
+    check(lambda x: torch.gather(x.exp(), 1, t) * 2, x)
+    check(lambda x: torch.gather(x, 0, t[:4, :2].t().contiguous() % 6), x)   # another dim, smaller index
+    check(lambda x: torch.gather(x, 1, t.int()) + 1, x)                      # int32 index
+    assert all("torch.ops.aten.gather" not in s for s in sources())
+    assert "tl.load(in_ptr1 + (" in sources()[0]
+
+
+def test_scatter_one_index_per_row_is_a_one_hot(sources):
+    t = torch.randint(0, 10, (6, 1))
+    check(lambda x: torch.zeros_like(x).scatter(1, t, -1.0) + x, r(6, 10))
+    check(lambda x: x.scatter(1, t, x[:, :1] * 3), r(6, 10))                 # a tensor src
+    check(lambda x: x.t().scatter(0, t.t(), 5.0), r(6, 10))                  # along dim 0
+    assert all("torch.ops.aten.scatter" not in s for s in sources())
+    assert all(kernels(s) == 1 for s in sources())
+    wide = torch.randint(0, 10, (6, 2))                                      # two per row: ATen
+    check(lambda x: x.scatter(1, wide, 1.0), r(6, 10))
+    assert "torch.ops.aten.scatter" in sources()[-1]
+
+
 # ---- fallbacks and fusion around them ----
 
 def test_matmul_falls_back_with_fusion_around(sources):
@@ -246,7 +267,7 @@ def test_graph_with_an_in_place_op_runs_with_aten(caplog, monkeypatch):
     (lambda x: x.sum((0, 1)), (64, 64, 8)),                 # several reduced dims
     (lambda x: x.sum((0, 1), keepdim=True), (64, 64, 8)),
     (lambda x: x.mean(0) + x.amax(0), (4096, 8)),           # mean's division by the full count
-    (lambda x: x.amin((0, 2)), (2048, 4, 2)),
+    (lambda x: x.amin((0, 1)), (2048, 4, 2)),
     (lambda x: x.sum(), (1 << 16,)),                        # one output
     (lambda x: torch.var(x, 0), (4096, 4)),
     (lambda x: (x > 0).sum(0), (4096, 8)),                  # an integer sum
@@ -258,17 +279,26 @@ def test_split_reductions_match_eager(monkeypatch, sources, fn, shape):
     assert kernels(src) >= 2  # partials, then their reduction
 
 
-def test_split_reduction_parts():
+def test_split_reduction_parts(monkeypatch):
     from pydynamo.backends.triton.lowerings import split_factor
-    os.environ["PYDYNAMO_TRITON_SPLIT_REDUCTIONS"] = "1"
-    try:
-        assert split_factor((2048, 512), [0]) == 16      # 8 programs -> 128
-        assert split_factor((8192, 4096), [1]) == 1      # a program per row already
-        assert split_factor((100, 16), [0]) == 1         # short rows: not worth it
-        assert split_factor((4097, 16), [0]) == 1        # no even cut
-    finally:
-        del os.environ["PYDYNAMO_TRITON_SPLIT_REDUCTIONS"]
-    assert split_factor((2048, 512), [0]) == 1           # off by default
+    assert split_factor((2048, 512), [0]) == 32          # 8 programs of 64 columns -> 256
+    assert split_factor((8, 256, 512), [0, 1]) == 32     # adjacent reduced dims count as one
+    assert split_factor((8, 256, 512), [0, 2]) == 1      # not adjacent: not split
+    assert split_factor((8192, 4096), [1]) == 1          # a program per row already
+    assert split_factor((1 << 16,), [0]) == 32           # one long row: slices of 2048
+    assert split_factor((100, 16), [0]) == 1             # short columns: not worth it
+    assert split_factor((4097, 16), [0]) == 1            # no even cut
+    monkeypatch.setenv("PYDYNAMO_TRITON_SPLIT_REDUCTIONS", "0")
+    assert split_factor((2048, 512), [0]) == 1           # turned off
+
+
+def test_column_reductions_read_neighbouring_columns(sources):
+    """A column sum (a bias gradient) reads XBLOCK adjacent columns per program; the split
+    stage reduces slices of 64 rows in registers, the second stage the 32 partials."""
+    check(lambda x: x.sum(0), r(2048, 96), atol=1e-4, rtol=1e-4)
+    src = sources()[0]
+    assert kernels(src) == 2
+    assert "XBLOCK=64, RBLOCK=64)" in src and "XBLOCK=128, RBLOCK=32)" in src
 
 
 def test_unknown_ops_fall_back():

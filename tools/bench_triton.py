@@ -7,7 +7,8 @@
 
 Both compilers get the same FX graph (torch.fx.symbolic_trace of the workload) and the same
 example inputs: ``triton_backend(gm, inputs)`` and Inductor's ``compile_fx(gm, inputs)``.
-Reported per workload: time per call (ms, CUDA events via triton.testing.do_bench), achieved
+Reported per workload: time per call (ms, CUDA events via triton.testing.do_bench; the median of
+--rounds rounds that alternate the backends, and t/ind the median of the rounds' ratios), achieved
 GB/s for the memory-bound ones against a device-to-device copy's GB/s, cold compile time (fresh
 pydynamo, Inductor and Triton caches; graph -> first result), and our/Inductor ratios.
 Targets: (a) >= 90% of copy bandwidth; (b)-(e) time ratio <= 1.0; compile ratio <= 0.5.
@@ -176,7 +177,7 @@ def sync(device):
 def timed(fn, device, iters=20):
     if device.type == "cuda":
         from triton.testing import do_bench
-        return do_bench(fn, warmup=10, rep=100)
+        return do_bench(fn, warmup=25, rep=100, return_mode="median")
     fn()
     t = time.perf_counter()
     for _ in range(iters):
@@ -191,7 +192,8 @@ def copy_gbps(device, nbytes):
     return 2 * nbytes / ms / 1e6
 
 
-def run_one(backend, fn, inputs, training, device):
+def compile_one(backend, fn, inputs, training, device):
+    """Cold compile and the first step: (step function, compile seconds, output, grads)."""
     module = isinstance(fn, nn.Module)
     fn = copy.deepcopy(fn) if module else fn
     with fresh_caches():
@@ -202,8 +204,17 @@ def run_one(backend, fn, inputs, training, device):
         compile_s = time.perf_counter() - t0
     out = out.detach().clone()
     grads = [None if p.grad is None else p.grad.clone() for p in fn.parameters()] if training else None
-    ms = timed(lambda: step(compiled, inputs, training), device)
-    return ms, compile_s, out, grads
+    return (lambda: step(compiled, inputs, training)), compile_s, out, grads
+
+
+def time_rounds(steps, device, rounds):
+    """ms per call of each backend, timed in alternating rounds (so that clock and thermal drift
+    hits all of them alike): {backend: [ms per round]}."""
+    times = {b: [] for b in steps}
+    for _ in range(rounds):
+        for b, f in steps.items():
+            times[b].append(timed(f, device))
+    return times
 
 
 def count(scale):
@@ -245,6 +256,7 @@ def main():
     ap.add_argument("--smoke", action="store_true", help="tiny shapes, CPU with TRITON_INTERPRET=1, no Inductor")
     ap.add_argument("--only", default="", help="run workloads whose name starts with these letters, e.g. 'ab'")
     ap.add_argument("--count", action="store_true", help="kernels and ATen calls per graph (no GPU needed)")
+    ap.add_argument("--rounds", type=int, default=5, help="alternating timing rounds (median reported)")
     args = ap.parse_args()
     if args.count:
         return count(16 if args.quick else 1)
@@ -264,31 +276,38 @@ def main():
     for wname, fn, inputs, nbytes, training in workloads(device, scale):
         if args.only and wname[0] not in args.only:
             continue
-        res = {}
+        res, steps = {}, {}
         for b in backends:
             try:
-                res[b] = run_one(b, fn, inputs, training, device)
+                steps[b], *res[b] = compile_one(b, fn, inputs, training, device)
             except Exception as e:  # keep the table going; show what failed
                 print(f"  {wname}: {b} failed: {type(e).__name__}: {e}")
-        row = _row(wname, res, nbytes, copy_bw)
+        times = time_rounds(steps, device, args.rounds)
+        row = _row(wname, res, times, nbytes, copy_bw)
+        del res, steps
         print("| " + " | ".join(row) + " |", flush=True)
 
 
-def _row(wname, res, nbytes, copy_bw):
+def _row(wname, res, times, nbytes, copy_bw):
+    """Table cells; res[b] = (compile s, output, grads), times[b] = ms per round. Times are
+    medians over rounds, t/ind the median of each round's ratio."""
     f = lambda v, p=3: "-" if v is None else f"{v:.{p}f}"  # noqa: E731
+    med = lambda xs: sorted(xs)[len(xs) // 2] if xs else None  # noqa: E731
+    ms = {b: med(t) for b, t in times.items()}
     get = lambda b, i: res[b][i] if b in res else None  # noqa: E731
-    tri, ind = get("triton", 0), get("inductor", 0)
+    tri, ind = ms.get("triton"), ms.get("inductor")
+    ratio = med([a / b for a, b in zip(times["triton"], times["inductor"])]) if tri and ind else None
     gbps = nbytes / tri / 1e6 if nbytes and tri else None
     err = None
     if "triton" in res and "eager" in res:
-        a, e = res["triton"][2], res["eager"][2]
+        a, e = res["triton"][1], res["eager"][1]
         err = (a.float() - e.float()).abs().max().item()
-        if res["triton"][3]:
-            err = max([err] + [(x - y).abs().max().item() for x, y in zip(res["triton"][3], res["eager"][3])
+        if res["triton"][2]:
+            err = max([err] + [(x - y).abs().max().item() for x, y in zip(res["triton"][2], res["eager"][2])
                                if x is not None and y is not None])
-    return [wname, f(get("eager", 0)), f(ind), f(tri), f(tri / ind if tri and ind else None, 2),
-            f(gbps, 0), f(100 * gbps / copy_bw if gbps else None, 0), f(get("inductor", 1), 2),
-            f(get("triton", 1), 2), f(get("triton", 1) / get("inductor", 1) if ind else None, 2), f(err, 4)]
+    return [wname, f(ms.get("eager")), f(ind), f(tri), f(ratio, 2),
+            f(gbps, 0), f(100 * gbps / copy_bw if gbps else None, 0), f(get("inductor", 0), 2),
+            f(get("triton", 0), 2), f(get("triton", 0) / get("inductor", 0) if ind else None, 2), f(err, 4)]
 
 
 if __name__ == "__main__":

@@ -39,6 +39,19 @@ class Affine:
         return Affine({name: 1}, 0, {name: size}, {name: frozenset([name])})
 
     @staticmethod
+    def indirect(text, bound, index):
+        """A value loaded in the kernel (``text``) used as an index, as gather does: an opaque
+        term in [0, bound) that varies with the loop variables of ``index``."""
+        deps = frozenset().union(*(Affine.lift(i).loop_vars() for i in index))
+        return Affine({text: 1}, 0, {text: bound}, {text: deps})
+
+    def loop_vars(self):
+        out = set()
+        for t in self.coefs:
+            out |= set(self.deps.get(t, ()))
+        return out
+
+    @staticmethod
     def lift(v):
         return v if isinstance(v, Affine) else Affine(const=int(v))
 

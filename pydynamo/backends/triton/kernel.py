@@ -17,6 +17,7 @@ from .scheduler import triton_next_pow2
 
 LOOP_RBLOCK = 2048        # row elements per iteration of a looped row kernel (inner rows)
 POINTWISE_XBLOCK = 1024
+COLUMN_XBLOCK, COLUMN_RBLOCK = 64, 8   # looped column kernels: 64 columns, 8 rows per iteration
 
 
 def merge_plan(dims, affines, blocked):
@@ -42,10 +43,7 @@ def merge_plan(dims, affines, blocked):
 
 
 def _vars_of(a):
-    out = set()
-    for t in a.coefs:
-        out |= set(a.deps.get(t, ()))
-    return out
+    return a.loop_vars()
 
 
 class KernelCodegen:
@@ -284,16 +282,19 @@ class KernelCodegen:
         return out
 
     def _row_config(self):
+        """Rows along memory: a program per row (looped) or per few rows (persistent).
+        Columns: XBLOCK neighbouring columns per program, so each load reads XBLOCK contiguous
+        elements, and RBLOCK rows at a time."""
         r2 = triton_next_pow2(self.space.rnumel)
         x2 = triton_next_pow2(self.space.xnumel)
-        inner = bool(self.space.rsizes) and self.space.rsizes[-1][0] == len(self.space.shape) - 1
         if self.persistent:
             rblock = r2
-            xblock = max(1, min(x2, (4096 if inner else 2048) // rblock))
+            xblock = max(1, min(x2, 4096 // rblock))
+        elif self.space.inner:
+            rblock, xblock = LOOP_RBLOCK, 1
         else:
-            rblock = LOOP_RBLOCK if inner else 16
-            xblock = 1 if inner else min(x2, 64)
-        warps = max(1, min(16, xblock * rblock // 512))
+            rblock, xblock = COLUMN_RBLOCK, min(x2, COLUMN_XBLOCK)
+        warps = max(1, min(16 if self.space.inner else 8, xblock * rblock // (512 if self.space.inner else 128)))
         return {"XBLOCK": xblock, "RBLOCK": rblock}, warps
 
     def _define(self, dims, flat, used):

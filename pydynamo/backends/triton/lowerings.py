@@ -274,6 +274,58 @@ def arange(g, node, *args, **kwargs):
     return pw
 
 
+# ---- indexing with one index per position along a dim: gather, scatter onto a tensor ----
+
+def _index_tensor(index):
+    if not isinstance(index, Node) or index.dtype not in (torch.int64, torch.int32):
+        raise Unlowerable("index tensor")
+
+
+@lowering(aten.gather.default)
+def gather(g, node, x, dim, index, sparse_grad=False):
+    """``out[i] = x[i with dim -> index[i]]``: an indirect load (the nll_loss pick of each
+    row's target, which then needs no log-probabilities in memory)."""
+    _index_tensor(index)
+    val = meta(node)
+    if not x.shape or not ops.supported_dtype(x.dtype):
+        raise Unlowerable("gather")
+    dim %= len(x.shape)
+
+    def fn(k, idx):
+        at = list(idx)
+        at[dim] = Affine.indirect(index.load(k, idx), x.shape[dim], idx)
+        return x.load(k, at)
+    pw = Pointwise(val.shape, val.dtype, fn, 2 + getattr(x, "cost", 0))
+    pw.reads = reads_of(x) | reads_of(index)
+    return pw
+
+
+@lowering(aten.scatter.value, aten.scatter.src)
+def scatter(g, node, x, dim, index, src):
+    """One index per position along ``dim`` (index of size 1 there, the input's size elsewhere):
+    each element is ``src`` where its position equals the index, else the input's. The
+    nll_loss backward scatters onto zeros: this is a one-hot computed in the kernel."""
+    _index_tensor(index)
+    val = meta(node)
+    dim %= len(x.shape)
+    if index.shape[dim] != 1 or any(index.shape[d] != s for d, s in enumerate(x.shape) if d != dim):
+        raise Unlowerable("scatter index shape")
+    out = ops.compute_dtype(val.dtype)
+    if not ops.supported_dtype(val.dtype) or (isinstance(src, Node) and not ops.supported_dtype(src.dtype)):
+        raise Unlowerable("dtype")
+
+    def fn(k, idx):
+        at = list(idx)
+        at[dim] = Affine()
+        hit = k.emit(f"({k.index_value(idx[dim])} == {index.load(k, at)})")
+        new = ops.cast(src.load(k, at), src.dtype, out) if isinstance(src, Node) else ops.literal(src, out)
+        old = ops.cast(x.load(k, idx), x.dtype, out)
+        return k.emit(ops.cast(f"tl.where({hit}, {new}, {old})", out, val.dtype))
+    pw = Pointwise(val.shape, val.dtype, fn, 2 + getattr(x, "cost", 0))
+    pw.reads = reads_of(x) | reads_of(index) | (reads_of(src) if isinstance(src, Node) else frozenset())
+    return pw
+
+
 # ---- views: index arithmetic, and the ATen call replaying them on real tensors ----
 
 def view_node(node, base, reindex, args):
@@ -450,57 +502,67 @@ def reduction(g, node, x, dims, keepdim, kind, out_dtype, post=None, pre=None):
     return g.realize(red)
 
 
-# Split reductions (off unless PYDYNAMO_TRITON_SPLIT_REDUCTIONS=1; not yet timed on a GPU): a
-# reduction with few outputs over long rows - a bias gradient, [2048, 512] summed over dim 0 -
-# runs as a handful of programs, each looping over every row. Split, the first kernel reduces
-# `parts` slices of the rows in parallel into partials, the second sums the partials.
-SPLIT_MIN_PROGRAMS = 128
+# Split reductions: a reduction with few outputs over many rows - a bias gradient, [2048, 512]
+# summed over dim 0 - would run as a handful of programs, each walking every row. Split, the
+# first kernel reduces `parts` slices of the rows in parallel into partials, the second reduces
+# the partials. PYDYNAMO_TRITON_SPLIT_REDUCTIONS=0 turns it off.
+SPLIT_MIN_PROGRAMS = 128     # a reduction with this many programs already is not split
+SPLIT_TARGET_PROGRAMS = 256  # split until about this many (two per SM on an H100)
+SPLIT_MAX_PARTS = 128
 
 
 def split_factor(shape, dims):
-    """How many slices to cut the outermost reduced dim into (1: no split)."""
-    if os.environ.get("PYDYNAMO_TRITON_SPLIT_REDUCTIONS", "0") != "1" or not dims:
+    """How many slices to cut the reduced dims (adjacent ones, taken as one) into; 1: no split."""
+    if os.environ.get("PYDYNAMO_TRITON_SPLIT_REDUCTIONS", "1") == "0" or not dims \
+            or list(dims) != list(range(dims[0], dims[-1] + 1)):
         return 1
     rnumel = math.prod(shape[d] for d in dims)
     xnumel = math.prod(shape) // max(1, rnumel)
-    if rnumel < 2048:
+    big = [d for d, s in enumerate(shape) if s > 1]
+    if big and big[-1] in dims:   # rows along memory: a program per row, looping over it
+        programs, min_rows, min_rnumel = xnumel, 2048, 16384
+    else:                         # columns: 64 of them per program (kernel.COLUMN_XBLOCK)
+        programs, min_rows, min_rnumel = -(-xnumel // 64), 32, 256
+    if programs >= SPLIT_MIN_PROGRAMS or rnumel < min_rnumel:
         return 1
-    if dims[-1] == len(shape) - 1:  # rows along the contiguous dim: a program per row (or per few)
-        programs = xnumel
-    else:                           # columns: 64 outputs per program
-        programs = -(-xnumel // 64)
-    if programs >= SPLIT_MIN_PROGRAMS:
-        return 1
-    n, parts = shape[dims[0]], 1
-    while parts * 2 <= 256 and programs * parts < SPLIT_MIN_PROGRAMS and n % (parts * 2) == 0 \
-            and rnumel // (parts * 2) >= 64:
+    parts = 1
+    while parts * 2 <= SPLIT_MAX_PARTS and programs * parts < SPLIT_TARGET_PROGRAMS \
+            and rnumel % (parts * 2) == 0 and rnumel // (parts * 2) >= min_rows:
         parts *= 2
     return parts
 
 
+def _unflatten(flat, sizes):
+    """Indices into dims of ``sizes`` from a row-major flat index over them."""
+    out, inner = [], math.prod(sizes)
+    for i, s in enumerate(sizes):
+        inner //= s
+        q = flat.floordiv(inner)
+        out.append(q if i == 0 else q.mod(s))
+    return out
+
+
 def _split_reduction(g, shape, dims, keepdim, kind, out_dtype, acc, inner, post, parts):
-    d0, n = dims[0], shape[dims[0]]
-    rows = n // parts
-    # stage 1: shape with dim d0 cut into (parts, rows); reduce the rows and the other reduced dims
-    shape1 = shape[:d0] + (parts, rows) + shape[d0 + 1:]
-    dims1 = [d0 + 1] + [d + 1 for d in dims[1:]]
+    """Reduce the adjacent ``dims`` of ``shape`` in two stages (see split_factor)."""
+    d0, dk = dims[0], dims[-1]
+    total = math.prod(shape[d] for d in dims)
+    rows = total // parts
+    # stage 1: the reduced dims as one, cut into (parts, rows); reduce the rows
+    shape1 = shape[:d0] + (parts, rows) + shape[dk + 1:]
 
     def inner1(k, index):
-        return inner(k, list(index[:d0]) + [Affine.lift(index[d0]) * rows + index[d0 + 1]] + list(index[d0 + 2:]))
-    red1 = Reduction(shape1, dims1, kind, inner1, acc, True)
+        flat = Affine.lift(index[d0]) * rows + index[d0 + 1]
+        return inner(k, list(index[:d0]) + _unflatten(flat, shape[d0:dk + 1]) + list(index[d0 + 2:]))
+    red1 = Reduction(shape1, [d0 + 1], kind, inner1, acc, True)
     red1.acc_dtype, red1.post = acc, None
-    partial = g.realize(red1)  # shape[:d0] + (parts, 1) + (1 where reduced, else the size)
-    # stage 2: reduce the parts; its input has the original's output dims after d0
-    tail = [d for d in range(d0 + 1, len(shape)) if keepdim or d not in dims]
-    shape2 = shape[:d0] + (parts,) + tuple(1 if d in dims else shape[d] for d in tail)
+    partial = g.realize(red1)  # shape[:d0] + (parts, 1) + shape[dk + 1:]
+    # stage 2: reduce the parts, laid out as the output (keepdim's 1s after the parts)
+    ones = (1,) * (len(dims) - 1) if keepdim else ()
+    shape2 = shape[:d0] + (parts,) + ones + shape[dk + 1:]
 
     def inner2(k, index):
-        rest = iter(index[d0 + 1:])
-        full = list(index[:d0 + 1]) + [Affine()] + \
-            [next(rest) if (keepdim or d not in dims) else Affine() for d in range(d0 + 1, len(shape))]
-        return partial.load(k, full)
+        return partial.load(k, list(index[:d0 + 1]) + [Affine()] + list(index[d0 + 1 + len(ones):]))
     red2 = Reduction(shape2, [d0], kind, inner2, out_dtype, keepdim)
-    total = math.prod(shape[d] for d in dims)
     red2.acc_dtype = acc
     red2.post = None if post is None else (lambda v, _n: post(v, total))
     return g.realize(red2)

@@ -17,7 +17,8 @@ import math
 
 from .ir import Affine, ComputedBuffer, Reduction, offset_of
 
-PERSISTENT_MAX = 4096
+PERSISTENT_MAX = 4096       # longest row (next power of 2) held in registers: rows along memory
+COLUMN_PERSISTENT_MAX = 64  # the same for columns (reduced dims not innermost), read XBLOCK wide
 
 
 class NotFusable(Exception):
@@ -43,8 +44,17 @@ class Space:
         return [Affine() if s == 1 else Affine.var(("r" if self.is_row and d in self.dims else "x") + str(d), s)
                 for d, s in enumerate(self.shape)]
 
+    @property
+    def inner(self):
+        """Whether the innermost dim (of size > 1) is reduced: rows lie along memory. Otherwise
+        a kernel reduces columns, and reads XBLOCK neighbouring columns at once to coalesce."""
+        big = [d for d, s in enumerate(self.shape) if s > 1]
+        return bool(big) and big[-1] in (self.dims or ())
+
     def persistent(self):
-        return not self.is_row or triton_next_pow2(self.rnumel) <= PERSISTENT_MAX
+        if not self.is_row:
+            return True
+        return triton_next_pow2(self.rnumel) <= (PERSISTENT_MAX if self.inner else COLUMN_PERSISTENT_MAX)
 
     def place(self, buf):
         """(level, index into buf.body's own shape) or None when buf does not fit here."""
@@ -177,9 +187,12 @@ def schedule(items, inputs=()):
             for g in _joinable(seq):
                 try:
                     g.try_add(it, g.available)
-                    break
                 except NotFusable:
                     continue
+                for later in seq[seq.index(g) + 1:]:  # it is ready before later kernels start
+                    if isinstance(later, Group):
+                        later.available.add(it.name)
+                break
             else:
                 g = Group(Space(it.body.in_shape, it.body.dims) if isinstance(it.body, Reduction)
                           else Space(it.shape))
