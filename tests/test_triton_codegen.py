@@ -227,6 +227,20 @@ def test_independent_copies_across_a_matmul_share_a_kernel(sources):
     assert kernels(src) == 3
 
 
+def test_a_repeated_layer_reuses_its_kernel(sources):
+    """Identical kernels (the same block applied twice) are defined and compiled once."""
+    w = r(16, 16)
+
+    def fn(x):
+        for _ in range(3):
+            x = torch.tanh(x * 2 + 1) @ w
+        return x
+    check(fn, r(8, 16), atol=1e-5, rtol=1e-5)
+    src = sources()[0]
+    assert kernels(src) == 1 and src.count("        launch_0(stream, ") == 3
+    assert "# and again " in src
+
+
 def test_no_kernel_moves_across_an_in_place_aten_call():
     """A buffer may join an earlier kernel across ATen calls, but not across one that writes
     memory in place (it could read what that call writes)."""

@@ -101,6 +101,7 @@ class WrapperCodegen:
     def __init__(self, lowering, seq):
         self.g, self.seq = lowering, seq
         self.kernels, self.lines, self.launches = [], [], []
+        self.same = {}  # (kernel source, launch config) -> [its launch, the kernel's "computes" lists]
 
     def generate(self):
         seq, g = self.seq, self.g
@@ -148,12 +149,24 @@ class WrapperCodegen:
     def _group(self, i, group, needed, owned, pool):
         stored = {p.buf.name for p in group.members if p.buf.name in needed}
         kind = "row" if group.space.is_row else "pointwise"
-        name = f"triton_{kind}_{len(self.kernels)}"
-        codegen = KernelCodegen(group, name, stored)
+        codegen = KernelCodegen(group, "KERNEL", stored)
         src, params, grid, config, warps = codegen.generate()
         computes = ", ".join(f"{p.buf.name}{'' if p.buf.name in stored else ' (kept in registers)'}"
                              for p in group.members)
-        self.kernels.append(f"# computes {computes}\n{src}")
+        cfg = "".join(f", {k}={v}" for k, v in config.items())
+        dtypes = ", ".join(str(codegen.dtypes[p]) for p in params)
+        # a kernel identical to an earlier one (the same layer repeated) is defined, compiled
+        # and launched through one Launch
+        key = (src, grid, warps, cfg, dtypes)
+        if key not in self.same:
+            name = f"triton_{kind}_{len(self.kernels)}"
+            self.kernels.append((name, src.replace("def KERNEL(", f"def {name}(", 1), [computes]))
+            launch = f"launch_{len(self.launches)}"
+            self.launches.append(f"{launch} = Launch({name}, {grid}, {warps}, ({dtypes},){cfg})")
+            self.same[key] = (launch, self.kernels[-1][2])
+        else:
+            self.same[key][1].append(computes)
+        launch = self.same[key][0]
         for p in group.members:
             b = p.buf
             if b.name not in stored:
@@ -165,10 +178,6 @@ class WrapperCodegen:
                 dtype = str(b.dtype)
                 self.lines.append(f"{b.name} = empty_strided({b.shape}, {b.stride}, device=DEVICE, dtype={dtype})")
             owned[b.name] = key
-        cfg = "".join(f", {k}={v}" for k, v in config.items())
-        launch = f"launch_{len(self.launches)}"
-        dtypes = ", ".join(str(codegen.dtypes[p]) for p in params)
-        self.launches.append(f"{launch} = Launch({name}, {grid}, {warps}, ({dtypes},){cfg})")
         self.lines.append(f"{launch}({', '.join(['stream'] + params)})")
 
     def _fallback(self, it, kernel_reads):
@@ -195,7 +204,9 @@ class WrapperCodegen:
         body += [f"return ({', '.join(g.outputs)}{',' if len(g.outputs) == 1 else ''})"]
         consts = [b.name for b, _ in g.constants]
         out = [HEADER.format(summary=f"{len(self.kernels)} kernels", device=str(g.device))]
-        out += [k + "\n" for k in self.kernels]
+        for _, src, computes in self.kernels:
+            out += ["\n".join(f"# {'computes' if i == 0 else 'and again'} {c}" for i, c in enumerate(computes))
+                    + "\n" + src + "\n"]
         out += ["def make(constants, fallback):"]
         if consts:
             out += [f"    {', '.join(consts)}, = constants"]
