@@ -94,3 +94,30 @@ def test_kernels_compile_in_parallel_before_the_first_launch(monkeypatch):
     x, y = torch.randn(128, 96, device="cuda"), torch.randn(96, 96, device="cuda")
     torch.testing.assert_close(opt(x, y), g(x, y))
     assert all(compiles), compiles  # whatever was compiled was compiled ahead, by warmup
+
+
+def test_launchers_are_built_ahead_in_worker_threads(monkeypatch):
+    """Triton's C launcher (a gcc build per argument-list shape) is made by precompile's threads,
+    not serially by each kernel's first launch."""
+    import threading
+
+    from triton.runtime.driver import driver
+    active = driver.active
+    real = active.launcher_cls
+    in_main = []
+
+    def recording(src, metadata):
+        in_main.append(threading.current_thread() is threading.main_thread())
+        return real(src, metadata)
+
+    monkeypatch.setattr(active, "launcher_cls", recording)
+    pydynamo.reset()
+
+    def g(x, y):
+        a = torch.softmax(x * 3.0, dim=-1)
+        return torch.tanh(a @ y) + a.sum(-1, keepdim=True) * 1.5
+
+    opt = pydynamo.optimize("triton")(g)
+    x, y = torch.randn(64, 80, device="cuda"), torch.randn(80, 80, device="cuda")
+    torch.testing.assert_close(opt(x, y), g(x, y))
+    assert False in in_main, in_main

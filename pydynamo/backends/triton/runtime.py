@@ -75,7 +75,8 @@ def restride(t, size, stride):
 def precompile(launches):
     """Compile a graph's kernels in parallel threads when its wrapper is made (Triton's compiler
     releases the GIL for most of its work, and ptxas runs as a subprocess), rather than one by one
-    as the first call reaches them. Kernels that fail here are compiled by that call as usual."""
+    as the first call reaches them; and build their launchers. Kernels that fail here are compiled
+    by that call as usual."""
     if len(launches) < 2 or os.environ.get("TRITON_INTERPRET", "0") == "1":
         return
     try:
@@ -83,8 +84,13 @@ def precompile(launches):
 
         from triton.runtime.driver import driver
         driver.active.get_current_device()  # initialize the driver once, in this thread
+        shapes, jobs = set(), []
+        for launch in launches:  # one launcher build per argument list shape (see Launch.warmup)
+            shape = (len(launch.dtypes), len(launch.constexprs))
+            jobs.append((launch, shape not in shapes))
+            shapes.add(shape)
         with ThreadPoolExecutor(min(len(launches), os.cpu_count() or 1, 16)) as pool:
-            errors = [f.exception() for f in [pool.submit(launch.warmup) for launch in launches]]
+            errors = [f.exception() for f in [pool.submit(launch.warmup, build) for launch, build in jobs]]
         failed = [e for e in errors if e is not None]
         if failed:
             log.debug("precompile: %d of %d kernels left to their first call (%s)", len(failed), len(launches),
@@ -130,10 +136,17 @@ class Launch:
         self.dtypes = dtypes  # of the pointer arguments, for warmup()
         self.compiled = None
 
-    def warmup(self):
+    def warmup(self, build_launcher=False):
         """Compile for 16-byte aligned arguments of these dtypes (what a first call will
-        normally need), so that the first call finds the kernel in Triton's cache."""
-        self.kernel.warmup(*self.dtypes, grid=(self.grid,), num_warps=self.num_warps, **self.constexprs)
+        normally need), so that the first call finds the kernel in Triton's cache.
+
+        ``build_launcher``: also build Triton's C launcher for this argument list (a gcc run per
+        distinct list, cached on disk, that Triton would otherwise make serially at each first
+        launch). Building it touches no GPU; the first launch then loads it from the cache."""
+        c = self.kernel.warmup(*self.dtypes, grid=(self.grid,), num_warps=self.num_warps, **self.constexprs)
+        if build_launcher and hasattr(c, "src") and hasattr(c, "metadata"):
+            from triton.runtime.driver import driver
+            driver.active.launcher_cls(c.src, c.metadata)
 
     def __call__(self, stream, *args):
         """Launch on ``args``; ``stream`` is launch_stream()'s answer for this wrapper call."""
