@@ -205,6 +205,32 @@ def test_scatter_one_index_per_row_is_a_one_hot(sources):
     assert "torch.ops.aten.scatter" in sources()[-1]
 
 
+def test_arange_forms():
+    """arange(end), arange(start, end), arange(start, end, step) and iota, as index values."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from pydynamo.backends.triton import compile_aten_graph
+
+    def fn(x):
+        return (x + torch.arange(8), x * torch.arange(3, 11), x - torch.arange(2, 26, 3),
+                x + torch.ops.prims.iota(8, start=5, step=2, dtype=torch.int64, device="cpu",
+                                         requires_grad=False))
+    x = r(4, 8)
+    gm = make_fx(fn)(x)
+    targets = {n.target for n in gm.graph.nodes if n.op == "call_function"}
+    assert {torch.ops.aten.arange.default, torch.ops.aten.arange.start, torch.ops.aten.arange.start_step} <= targets
+    got, want = compile_aten_graph(gm, [x])([x]), fn(x)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b)
+
+
+def test_embedding_of_positions(sources):
+    """A GPT's position embedding: the arange feeding it must give valid rows."""
+    table = r(16, 4)
+    check(lambda idx: F.embedding(torch.arange(idx.shape[1]), table) + F.embedding(idx, table),
+          torch.randint(0, 16, (2, 8)))
+
+
 # ---- fallbacks and fusion around them ----
 
 def test_matmul_falls_back_with_fusion_around(sources):

@@ -257,12 +257,12 @@ def constant(g, node, *args, **kwargs):
 @lowering(prims.iota.default, aten.arange.start_step, aten.arange.default, aten.arange.start)
 def arange(g, node, *args, **kwargs):
     val = meta(node)
-    if node.target is prims.iota.default:
+    if node.target is prims.iota.default:      # iota(length, *, start, step, ...)
         start, step = kwargs.get("start", 0), kwargs.get("step", 1)
-    else:
-        nums = [a for a in args if isinstance(a, (int, float))]
-        start, step = (nums + [0, 1])[:2] if len(nums) >= 2 else (0, 1)
-        step = nums[2] if len(nums) >= 3 else step
+    elif node.target is aten.arange.default:  # arange(end)
+        start, step = 0, 1
+    else:                                     # arange(start, end[, step])
+        start, step = args[0], (args[2] if len(args) > 2 else kwargs.get("step", 1))
     if not all(isinstance(v, int) for v in (start, step)):
         raise Unlowerable("float arange")
 
