@@ -128,3 +128,29 @@ def test_mlp_training_half(dtype):
     model = MLP().to(dtype)
     x = torch.randn(4, 16, dtype=dtype)
     train_step_matches(model, [x], atol=5e-2, rtol=5e-2)
+
+
+@pytest.mark.parametrize("name", ["resnet", "gpt", "bert"])
+def test_benchmark_models_through_the_hook(name):
+    """tools/models.py's models (small) under pydynamo.optimize("triton"): one inference step
+    and one training step, outputs and every gradient against eager."""
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tools"))
+    import models
+
+    import pydynamo
+    for train in (False, True):
+        model, inputs = models.make(name, "small")
+        model.train(train)
+        ref = copy.deepcopy(model)
+        pydynamo.reset()
+        opt = pydynamo.optimize("triton")(model)
+        with torch.set_grad_enabled(train):
+            out, want = opt(*inputs), ref(*inputs)
+        torch.testing.assert_close(out, want, atol=1e-5, rtol=1e-4)
+        if train:
+            out.float().pow(2).mean().backward()
+            want.float().pow(2).mean().backward()
+            for (pname, p), q in zip(model.named_parameters(), ref.parameters()):
+                torch.testing.assert_close(p.grad, q.grad, atol=2e-5, rtol=1e-4, msg=lambda m: f"{pname}: {m}")
+    pydynamo.reset()
