@@ -390,6 +390,16 @@ def test_half_precision(dtype):
           r(5, 24, dtype=dtype), r(5, 24, dtype=dtype), **tol)
 
 
+def test_conversion_to_half_rounds_inside_a_fused_chain(sources):
+    """x.half().float() is x rounded to float16, not x, though the kernel computes in float32
+    (bfloat16 the same on a GPU; the interpreter truncates to bfloat16 instead of rounding)."""
+    x = r(64) * 3
+    out = check(lambda x: x.half().float() * 2 + 1, x, atol=0, rtol=0)
+    assert not torch.equal(out, x * 2 + 1)
+    assert "tl.float16).to(tl.float32)" in sources()[0] and kernels(sources()[0]) == 1
+    check(lambda x: x.bfloat16().float() * 2, x, atol=0.07, rtol=0)   # one bfloat16 ulp at 8..16
+
+
 # ---- code, cache, runtime ----
 
 def test_generated_code_is_readable_and_cached(sources, monkeypatch):

@@ -221,6 +221,11 @@ def _identity(g, node, a, *args, **kwargs):
     if kwargs.get("device") is not None and torch.device(kwargs["device"]) != val.device:
         raise Unlowerable("device change")
     src = a.dtype if isinstance(a, Node) else val.dtype
+    if val.dtype != src and ops.compute_dtype(val.dtype) != val.dtype:
+        # a conversion to half precision rounds there, as in eager, even when a fused consumer
+        # goes on in float32 (x.half().float() is not x)
+        low = ops.TL_DTYPE[val.dtype]
+        return pointwise(node, [a], lambda x: f"{x}.to({low}).to(tl.float32)", operand_dtype=torch.float32)
     return pointwise(node, [a], lambda x: x, operand_dtype=ops.compute_dtype(src))
 
 
