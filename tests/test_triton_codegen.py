@@ -174,6 +174,25 @@ def test_looped_reductions(monkeypatch, sources):
     check(lambda x: (x.amax(1), x.amin(0)), x)
 
 
+@pytest.mark.parametrize("rblock", [8, 2048])
+def test_long_row_softmax_reads_its_rows_once_for_max_and_sum(monkeypatch, sources, rblock):
+    """Rows too long for registers: the max and the sum of exp(x - max) come from one pass (a
+    running max, the sum rescaled as it grows), then one pass writes. Rows of -inf, partly -inf
+    (a causal mask), NaN and +inf give what eager gives."""
+    monkeypatch.setattr(scheduler, "PERSISTENT_MAX", 16)
+    monkeypatch.setattr(kernel, "LOOP_RBLOCK", rblock)
+    x = r(6, 50) * 4
+    x[1] = float("-inf")
+    x[2, 9:] = float("-inf")
+    x[3, 7] = float("nan")
+    x[4, 3] = float("inf")
+    check(lambda x: torch.softmax(x, -1), x)
+    check(lambda x: torch.log_softmax(x, -1) * 2, x)
+    assert all(s.count("for roffset in range(0, 50, RBLOCK):") == 2 for s in sources())
+    t = torch.tensor([3, 40, 8, 0, 0, 1])
+    check(lambda x: F.cross_entropy(x, t), r(6, 50) * 4, atol=1e-5, rtol=1e-5)
+
+
 def test_relu_layer_norm_residual(sources):
     check(lambda x: F.relu(F.layer_norm(x, (32,))) + x, r(6, 32), atol=2e-5, rtol=2e-5)
     assert kernels(sources()[0]) == 1

@@ -196,6 +196,8 @@ class KernelCodegen:
             return
         value = body.inner(self, p.index)
         red = body
+        if red.kind == "sumexp":
+            return self._sumexp(p, value)
         neutral = ops.neutral(red.kind, red.acc_dtype)
         nan = red.kind != "sum" and red.acc_dtype.is_floating_point  # max/min keep NaN, like eager
         fn = f"tl.reduce({{}}, 1, {red.kind}_{'nan' if nan else 'op'})"  # helpers in wrapper.HEADER
@@ -217,6 +219,38 @@ class KernelCodegen:
             result = self.emit(fn.format(acc) + "[:, None]")
         if red.post is not None:
             result = self.emit(red.post(result, red.rnumel()))
+        self.produced[p.buf.name] = result
+        self._store(p, result)
+
+    def _sumexp(self, p, value):
+        """sum(exp(v - max(v))) over the row. Looped: per lane a running max m and a sum s of
+        exp(v - m), s rescaled by exp(m_old - m_new) when m grows; then the lanes are combined
+        at the row's max. A lane that has seen only -inf adds 0; a row of only -inf gives NaN,
+        as exp(-inf - -inf) does."""
+        ninf = 'float("-inf")'
+        if self.persistent:
+            m = self.emit(f"tl.reduce(tl.where(xmask & rmask, {value}, {ninf}), 1, max_nan)[:, None]")
+            e = self.emit(f"tl.where(xmask & rmask, tl.exp({value} - {m}), 0)")
+            result = self.emit(f"tl.reduce({e}, 1, sum_op)[:, None]")
+        else:
+            am, acc = f"acc{self.count}", f"acc{self.count + 1}"
+            self.count += 2
+            tl_acc = ops.TL_DTYPE[p.buf.body.acc_dtype]
+            self.sections.setdefault(("pre", p.phase), []).extend([
+                f"{am} = tl.full([XBLOCK, RBLOCK], {ninf}, {tl_acc})",
+                f"{acc} = tl.full([XBLOCK, RBLOCK], 0, {tl_acc})"])
+            nm, live = f"{am}_new", f"{am}_live"
+            self.sections.setdefault(("loop", p.phase), []).extend([
+                f"{nm} = tl.maximum({am}, {value}, propagate_nan=tl.PropagateNan.ALL)",
+                f"{live} = {nm} != {ninf}",
+                f"{acc} = tl.where(xmask & rmask & {live}, "
+                f"{acc} * tl.exp({am} - {nm}) + tl.exp({value} - {nm}), {acc})",
+                f"{am} = tl.where(xmask & rmask, {nm}, {am})"])
+            self.section = ("post", p.phase)
+            m = self.emit(f"tl.reduce({am}, 1, max_nan)[:, None]")
+            w = self.emit(f"tl.where({am} != {ninf}, tl.exp({am} - {m}), 0)")
+            s = self.emit(f"tl.reduce({acc} * {w}, 1, sum_op)[:, None]")
+            result = self.emit(f"tl.where({m} != {ninf}, {s}, float(\"nan\"))")
         self.produced[p.buf.name] = result
         self._store(p, result)
 

@@ -575,7 +575,43 @@ def _split_reduction(g, shape, dims, keepdim, kind, out_dtype, acc, inner, post,
 
 @lowering(aten.sum.dim_IntList, aten.sum.default)
 def sum_(g, node, x, dims=None, keepdim=False, dtype=None):
+    v = _softmax_input(g, node, x, dims)
+    if v is not None:
+        return _sumexp(g, node, v, dims, keepdim)
     return reduction(g, node, x, dims, keepdim, "sum", meta(node).dtype)
+
+
+def _softmax_input(g, node, x, dims):
+    """``v`` when this sum is softmax's denominator ``sum(exp(v - amax(v, dims, keepdim)), dims)``
+    over rows too long for registers (a vocabulary's logits), else None."""
+    ex = node.args[0]
+    sub = ex.args[0] if getattr(ex, "target", None) is aten.exp.default else None
+    if getattr(sub, "target", None) is not aten.sub.Tensor or len(sub.args) != 2 or sub.kwargs:
+        return None
+    vn, mx = sub.args
+    if getattr(mx, "target", None) is not aten.amax.default or mx.args[0] is not vn \
+            or len(mx.args) < 3 or not mx.args[2] or not isinstance(vn, torch.fx.Node):
+        return None
+    v = g.lookup(vn)
+    dims = _dims(v, dims)
+    if not isinstance(v, Node) or _dims(v, mx.args[1]) != dims or not v.dtype.is_floating_point \
+            or meta(node).dtype != v.dtype or split_factor(v.shape, dims) != 1:
+        return None
+    rnumel = math.prod(v.shape[d] for d in dims)
+    from .scheduler import PERSISTENT_MAX, triton_next_pow2
+    return v if triton_next_pow2(rnumel) > PERSISTENT_MAX else None
+
+
+def _sumexp(g, node, v, dims, keepdim):
+    """sum(exp(v - max(v))) in one pass over each row: a running max and a sum rescaled whenever
+    the max grows (kernel.py, kind "sumexp"), instead of one pass for the max and one for the sum."""
+    acc = ops.compute_dtype(v.dtype)
+
+    def inner(k, index):
+        return ops.cast(v.load(k, index), v.dtype, acc)
+    red = Reduction(v.shape, _dims(v, dims), "sumexp", inner, meta(node).dtype, keepdim)
+    red.acc_dtype, red.post = acc, None
+    return g.realize(red)
 
 
 @lowering(aten.mean.dim, aten.mean.default)
