@@ -74,7 +74,7 @@ CASES = {
  "linspace": lambda x: x + torch.linspace(0, 1, 6),
  "tril": lambda x: x.tril() + x.triu(1),
  "index_select": lambda x: x.index_select(1, torch.tensor([0, 2, 5])).sum(1, keepdim=True) + x,
- "bitwise_not": lambda x: (~i).float() + x,
+ "bitwise_not": lambda x: (~i).float() + x + (~(x > 0)).float() + (~i.int()).float(),
  "int_ops": lambda x: (i * 3 + 2 - i // 2).float() + x + (i % 3).float(),
  "abs_neg_int": lambda x: (-i).abs().float() + x,
  "scalar_out": lambda x: (x.sum() * 2).view(1) + 1,

@@ -199,6 +199,15 @@ LOWERINGS[aten.logical_and.default] = _logical("&")
 LOWERINGS[aten.logical_or.default] = _logical("|")
 
 
+@lowering(aten.bitwise_not.default)
+def bitwise_not(g, node, a):
+    if a.dtype == torch.bool:
+        return pointwise(node, [a], lambda x: f"({x} == 0)", operand_dtype=torch.bool)
+    if a.dtype.is_floating_point:
+        raise Unlowerable("float bitwise_not")
+    return pointwise(node, [a], lambda x: f"(~{x})")
+
+
 @lowering(aten.bitwise_and.Tensor, aten.bitwise_or.Tensor)
 def bitwise_bool(g, node, a, b):
     if meta(node).dtype != torch.bool:
