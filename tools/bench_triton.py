@@ -4,6 +4,7 @@
     python tools/bench_triton.py --quick    # smaller shapes
     TRITON_INTERPRET=1 python tools/bench_triton.py --smoke   # tiny shapes on the CPU, no Inductor
     python tools/bench_triton.py --count    # any machine: kernels and ATen calls per graph
+    python tools/bench_triton.py --profile --only e   # per-kernel GPU time, ours and Inductor's
 
 Both compilers get the same FX graph (torch.fx.symbolic_trace of the workload) and the same
 example inputs: ``triton_backend(gm, inputs)`` and Inductor's ``compile_fx(gm, inputs)``.
@@ -218,6 +219,37 @@ def time_rounds(steps, device, rounds):
     return times
 
 
+def profile(device, only, top=25):
+    """Per-kernel GPU time of each workload under triton and inductor (torch.profiler, 5 steps
+    after warmup): launches per step, kernel time per step, the heaviest kernels."""
+    import collections
+
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+    for wname, fn, inputs, _, training in workloads(device, 1):
+        if only and wname[0] not in only:
+            continue
+        for backend in ("triton", "inductor"):
+            run, *_ = compile_one(backend, fn, inputs, training, device)
+            for _ in range(3):
+                run()
+            sync(device)
+            with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
+                for _ in range(5):
+                    run()
+                sync(device)
+            per = collections.defaultdict(lambda: [0, 0.0])
+            for ev in prof.events():
+                if ev.device_type == torch.autograd.DeviceType.CUDA:
+                    per[ev.name][0] += 1
+                    per[ev.name][1] += ev.device_time
+            total = sum(t for _, t in per.values()) / 5
+            print(f"\n{wname}, {backend}: {sum(n for n, _ in per.values()) / 5:.0f} kernels and "
+                  f"{total:.0f} us of kernel time per step")
+            for name, (n, t) in sorted(per.items(), key=lambda kv: -kv[1][1])[:top]:
+                print(f"  {t / 5:8.1f} us {n / 5:5.1f}x  {name[:100]}")
+
+
 def count(scale):
     """Kernels and ATen calls in the generated wrapper of each workload's forward (and backward)
     graph: what fusion leaves to launch. Generated on the CPU; nothing is compiled or launched."""
@@ -257,6 +289,7 @@ def main():
     ap.add_argument("--smoke", action="store_true", help="tiny shapes, CPU with TRITON_INTERPRET=1, no Inductor")
     ap.add_argument("--only", default="", help="run workloads whose name starts with these letters, e.g. 'ab'")
     ap.add_argument("--count", action="store_true", help="kernels and ATen calls per graph (no GPU needed)")
+    ap.add_argument("--profile", action="store_true", help="per-kernel GPU time, triton and inductor")
     ap.add_argument("--rounds", type=int, default=5, help="alternating timing rounds (median reported)")
     args = ap.parse_args()
     if args.count:
@@ -264,6 +297,8 @@ def main():
     device = torch.device("cuda" if torch.cuda.is_available() and not args.smoke else "cpu")
     if device.type == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
         sys.exit("needs CUDA (or --smoke with TRITON_INTERPRET=1)")
+    if args.profile:
+        return profile(device, args.only)
     scale = 4096 if args.smoke else (16 if args.quick else 1)
     backends = ["eager", "triton"] + ([] if args.smoke else ["inductor"])
     torch.manual_seed(0)
