@@ -273,6 +273,22 @@ def test_independent_copies_across_a_matmul_share_a_kernel(sources):
     assert kernels(src) == 3
 
 
+def test_residual_stream_is_stored_not_recomputed_by_every_layer(sources):
+    """x = x + f(layer_norm(x)) over 8 layers: each sum is stored once (by the kernel that
+    first computes it) instead of staying lazy, which made layer k's kernels re-add all k
+    layers before it. Every kernel reads a bounded number of tensors."""
+    import re
+    ws = [r(16, 16) for _ in range(8)]
+
+    def fn(x):
+        for w in ws:
+            x = x + torch.tanh(F.layer_norm(x, (16,)) @ w)
+        return x
+    check(fn, r(8, 16), atol=1e-5, rtol=1e-5)
+    reads = [len(re.findall(r"in_ptr\d+", d)) for d in re.findall(r"def triton_\w+\((.*?)\):", sources()[0])]
+    assert max(reads) <= 3, reads
+
+
 def test_a_repeated_layer_reuses_its_kernel(sources):
     """Identical kernels (the same block applied twice) are defined and compiled once."""
     w = r(16, 16)

@@ -116,7 +116,9 @@ def graph_key(gm):
     import triton
     parts = [gm.code, _generator_hash(), torch.__version__, triton.__version__,
              os.environ.get("TRITON_INTERPRET", "0"),
-             repr((scheduler.PERSISTENT_MAX, kernel.LOOP_RBLOCK, kernel.POINTWISE_XBLOCK,
+             os.environ.get("PYDYNAMO_TRITON_SPLIT_REDUCTIONS", "1"),
+             repr((scheduler.PERSISTENT_MAX, scheduler.COLUMN_PERSISTENT_MAX, kernel.LOOP_RBLOCK,
+                   kernel.POINTWISE_XBLOCK, kernel.COLUMN_XBLOCK, kernel.COLUMN_RBLOCK,
                    lowering.REALIZE_READS, lowering.REALIZE_COST))]
     for n in gm.graph.nodes:
         if n.op in ("placeholder", "get_attr"):

@@ -15,9 +15,12 @@ from .ir import (Buffer, ComputedBuffer, FallbackBuffer, InputBuffer, Node, Poin
                  Unlowerable, View, contiguous_strides)
 from .lowerings import LOWERINGS
 
-# A pointwise value with several users is stored rather than recomputed past these sizes
-# (distinct buffers it reads, ops it inlines).
-REALIZE_READS = 4
+# A pointwise value with u > 1 users is stored rather than recomputed in each user when that
+# reads less: recomputing reads its r buffers u times, storing writes once and reads u times, so
+# store when (u - 1) * r > u + REALIZE_READS - 1 (at u = 2: r >= 4); or when it inlines more than
+# REALIZE_COST ops. A residual stream x + f(x) + g(..) is the case in point: left lazy, every
+# layer's LayerNorm would re-add all the layers before it.
+REALIZE_READS = 2
 REALIZE_COST = 30
 
 
@@ -146,8 +149,9 @@ class GraphLowering:
             all(b.device == self.device for b in bufs)
 
     def _maybe_realize(self, node, value):
-        if isinstance(value, Pointwise) and len(node.users) > 1 and (
-                len(value.reads) > REALIZE_READS or value.cost > REALIZE_COST):
+        users = len(node.users)
+        if isinstance(value, Pointwise) and users > 1 and (
+                (users - 1) * len(value.reads) > users + REALIZE_READS - 1 or value.cost > REALIZE_COST):
             return self.realize(value, node)
         return value
 
