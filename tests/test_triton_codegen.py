@@ -400,6 +400,25 @@ def test_kernels_compile_for_a_gpu_without_one(sources):
     assert all(regs and spill == 0 for _, _, _, regs, spill, _ in compiled), compiled
 
 
+def test_fallback_writes_in_place_only_into_dead_buffers(sources):
+    """index_put on a buffer read again later must copy it first (out of place); on a buffer
+    with no later use it runs in place."""
+    idx = torch.tensor([0, 2, 2])
+
+    def later_use(x):
+        z = torch.ones(6, 4) * x.sum()
+        return torch.index_put(z, (idx,), x[:3], accumulate=True) + z
+
+    def dead(x):
+        z = torch.ones(6, 4) * x.sum()
+        return torch.index_put(z, (idx,), x[:3], accumulate=True) * 2
+    check(later_use, r(6, 4), atol=1e-5, rtol=1e-5)
+    check(dead, r(6, 4), atol=1e-5, rtol=1e-5)
+    first, second = sources()
+    assert "index_put.default(" in first and "index_put_" not in first
+    assert "index_put_.default(" in second
+
+
 def test_unknown_ops_fall_back():
     idx = torch.tensor([2, 0, 1])
     check(lambda x: (torch.cumsum(x, 1) * 2, torch.sort(x, 1)[0] + 1, x[idx] - 1,
