@@ -18,7 +18,10 @@ EXTRA = [
     aten.hardswish, aten.hardsigmoid, aten.rms_norm, aten._fused_rms_norm, aten.std.correction,
 ]
 KEEP = {aten.var_mean.correction, aten.var.correction, aten.mean.dim, aten.mean.default,
-        aten.embedding_dense_backward}
+        aten.embedding_dense_backward,
+        # torch's decomposition of the CPU flash-attention forward (torch 2.13) gives wrong
+        # gradients to q, k and v under AOTAutograd: it stays one ATen call, forward and backward
+        aten._scaled_dot_product_flash_attention_for_cpu.default}
 
 
 @functools.lru_cache(None)
