@@ -83,6 +83,7 @@ CASES = {
  "lerp": lambda x: torch.lerp(x, y, 0.3) + torch.addcmul(x, x, y, value=0.5) + torch.addcdiv(x, x, y.abs() + 1, value=2),
  "gather_neg": lambda x: torch.gather(x, 1, torch.tensor([[0], [5], [2], [3]])) + 1,
  "scatter_add": lambda x: torch.zeros(4, 6).scatter_add(1, torch.tensor([[0], [5], [2], [3]]), x[:, :1]),
+ "empty_reductions": lambda x: (x[:0].sum(0), x[:0].float().mean(0), x[:, :0].sum(1) + 1),
  "one_hot": lambda x: F.one_hot(torch.tensor([0, 5, 2, 3]), 6).float() * x,
 }
 

@@ -501,6 +501,8 @@ def reduction(g, node, x, dims, keepdim, kind, out_dtype, post=None, pre=None):
     result before its store (mean's division) so half-precision outputs round only once."""
     if not ops.supported_dtype(x.dtype) or not ops.supported_dtype(out_dtype):
         raise Unlowerable("dtype")
+    if math.prod(x.shape) == 0:  # reducing nothing (ATen gives the identity, or NaN for a mean)
+        raise Unlowerable("empty reduction")
     acc = torch.int64 if kind == "sum" and not out_dtype.is_floating_point else ops.compute_dtype(
         out_dtype if kind == "sum" else x.dtype)
 
