@@ -94,3 +94,51 @@ def test_op_matches_eager(name):
     pydynamo.reset()
     got = pydynamo.optimize("triton", fullgraph=True)(fn)(x.clone())
     torch.testing.assert_close(got, fn(x.clone()), atol=1e-5, rtol=1e-5, equal_nan=True)
+
+
+# ---- layouts and dtypes ----
+
+g = torch.Generator().manual_seed(0)
+base = torch.randn(6, 8, generator=g)
+INPUTS = {
+ "transposed": base.t(),
+ "sliced": base[:, ::2],
+ "expanded": base[:1].expand(6, 8),
+ "offset": base[2:, 3:],
+ "zero_d": torch.tensor(1.5),
+ "size1": base[:, :1],
+ "fp16": base.half(),
+ "bf16": base.bfloat16(),
+ "int": (base * 3).int(),
+ "bool": base > 0,
+ "empty": torch.empty(0, 8),
+ "channels_last": torch.randn(2, 3, 4, 5, generator=g).to(memory_format=torch.channels_last),
+ "f64": base.double(),
+}
+FNS = {
+ "pointwise": lambda x: (x * 2 + 1) if x.dtype != torch.bool else (x & True),
+ "sum": lambda x: x.sum(-1) if x.dim() else x * 1,
+ "softmax": lambda x: torch.softmax(x.float(), -1) if x.dim() else x * 1.0,
+ "mean0": lambda x: x.float().mean(0) if x.dim() else x + 0,
+ "amax": lambda x: x.amax(-1) if x.dim() and x.numel() else x + 0 if x.dtype != torch.bool else x,
+ "cast_back": lambda x: (x.float().exp() * 0.5).to(x.dtype),
+ "where": lambda x: torch.where(x > 0, x, torch.zeros_like(x)),
+ "cumsum": lambda x: x.cumsum(-1) if x.dim() else x,
+}
+
+
+@pytest.mark.parametrize("fname", sorted(FNS))
+@pytest.mark.parametrize("iname", sorted(INPUTS))
+def test_layouts_and_dtypes(iname, fname):
+    """Each small function on strided, offset, expanded, 0-d, empty, channels-last, half, int,
+    bool and double inputs gives eager's values, dtype and shape (cases eager rejects skip)."""
+    x, fn = INPUTS[iname], FNS[fname]
+    try:
+        want = fn(x.clone())
+    except Exception:
+        pytest.skip("eager rejects it")
+    pydynamo.reset()
+    got = pydynamo.optimize("triton", fullgraph=True)(fn)(x)
+    low = x.dtype in (torch.float16, torch.bfloat16)
+    torch.testing.assert_close(got, want, atol=1e-2 if low else 1e-5, rtol=1e-2 if low else 1e-5, equal_nan=True)
+    assert got.dtype == want.dtype and got.shape == want.shape
