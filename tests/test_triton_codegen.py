@@ -419,6 +419,38 @@ def test_fallback_writes_in_place_only_into_dead_buffers(sources):
     assert "index_put_.default(" in second
 
 
+def test_launchers_built_ahead_are_the_ones_triton_loads(sources, monkeypatch):
+    """precompile builds Triton's C launcher for each argument-list shape from the shape alone;
+    that source must be the one Triton's CudaLauncher makes for the compiled kernel, or the
+    first launch would not find it in the cache."""
+    import sys
+    import triton
+    from triton.backends.nvidia import driver as nv
+    if not os.path.exists(os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")):
+        pytest.skip("no ptxas in this Triton")
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tools"))
+    from triton_ptx import compiled_kernels
+    check(lambda x, t: (torch.softmax(x, -1) * 2, torch.gather(x, 1, t) + x.sum(0)[:1]),
+          r(16, 8), torch.randint(0, 8, (16, 1)))
+    path = [rec for rec in sources.records() if rec.name == "pydynamo.output_code"][0].args[0]
+    made = []
+
+    def capture(src, **kwargs):
+        made.append(src)
+        raise RuntimeError("captured")
+    monkeypatch.setattr(nv, "compile_module_from_src", capture)
+    monkeypatch.setattr(nv, "library_dirs", lambda: [])
+    shapes = set()
+    for name, _, _, k, _ in compiled_kernels(path):
+        with pytest.raises(RuntimeError, match="captured"):
+            nv.CudaLauncher(k.src, k.metadata)
+        kinds = list(k.src.signature.values())
+        shape = (sum(t != "constexpr" for t in kinds), kinds.count("constexpr"))
+        assert made[-1] == runtime.launcher_source(*shape), name
+        shapes.add(shape)
+    assert len(shapes) >= 2
+
+
 def test_unknown_ops_fall_back():
     idx = torch.tensor([2, 0, 1])
     check(lambda x: (torch.cumsum(x, 1) * 2, torch.sort(x, 1)[0] + 1, x[idx] - 1,

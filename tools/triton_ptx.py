@@ -28,12 +28,12 @@ POINTER = {torch.float32: "*fp32", torch.float16: "*fp16", torch.bfloat16: "*bf1
            torch.uint8: "*u8", torch.bool: "*i1"}
 
 
-def compile_module(path, arch=90):
-    """[(kernel name, grid, warps, registers, spilled bytes, seconds)] for the module at path."""
+def compiled_kernels(path, arch=90):
+    """Yield (kernel name, grid, warps, Triton CompiledKernel, seconds) for the module at path."""
     import triton
+    from triton import knobs
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
-    from triton import knobs
     spec = importlib.util.spec_from_file_location(f"ptx_{abs(hash(path))}", path)
     mod = importlib.util.module_from_spec(spec)
     interpret, knobs.runtime.interpret = knobs.runtime.interpret, False  # JITFunctions, even under
@@ -41,8 +41,6 @@ def compile_module(path, arch=90):
         spec.loader.exec_module(mod)
     finally:
         knobs.runtime.interpret = interpret
-    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
-    out = []
     with open(path) as f:
         src = f.read()
     for name, grid, warps, dtypes, config in LAUNCH.findall(src):
@@ -54,7 +52,15 @@ def compile_module(path, arch=90):
         t = time.perf_counter()
         k = triton.compile(ASTSource(fn, sig, consts, attrs), target=GPUTarget("cuda", arch, 32),
                            options={"num_warps": int(warps)})
-        seconds = time.perf_counter() - t
+        yield name, int(grid), int(warps), k, time.perf_counter() - t
+
+
+def compile_module(path, arch=90):
+    """[(kernel name, grid, warps, registers, spilled bytes, seconds)] for the module at path."""
+    import triton
+    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+    out = []
+    for name, grid, warps, k, seconds in compiled_kernels(path, arch):
         with tempfile.TemporaryDirectory() as d:
             ptx = os.path.join(d, "k.ptx")
             with open(ptx, "w") as f:
@@ -63,7 +69,7 @@ def compile_module(path, arch=90):
                                 os.path.join(d, "k.cubin")], capture_output=True, text=True, check=True)
         regs = re.search(r"Used (\d+) registers", r.stderr)
         spill = re.search(r"(\d+) bytes spill stores", r.stderr)
-        out.append((name, int(grid), int(warps), int(regs.group(1)) if regs else None,
+        out.append((name, grid, warps, int(regs.group(1)) if regs else None,
                     int(spill.group(1)) if spill else 0, seconds))
     return out
 

@@ -75,28 +75,55 @@ def restride(t, size, stride):
 def precompile(launches):
     """Compile a graph's kernels in parallel threads when its wrapper is made (Triton's compiler
     releases the GIL for most of its work, and ptxas runs as a subprocess), rather than one by one
-    as the first call reaches them; and build their launchers. Kernels that fail here are compiled
-    by that call as usual."""
-    if len(launches) < 2 or os.environ.get("TRITON_INTERPRET", "0") == "1":
+    as the first call reaches them; and, beside them, build the C launchers Triton would otherwise
+    build (with gcc, one after another) at each kernel's first launch. Kernels that fail here are
+    compiled by that call as usual."""
+    if not launches or os.environ.get("TRITON_INTERPRET", "0") == "1":
         return
     try:
         from concurrent.futures import ThreadPoolExecutor
 
         from triton.runtime.driver import driver
         driver.active.get_current_device()  # initialize the driver once, in this thread
-        shapes, jobs = set(), []
-        for launch in launches:  # one launcher build per argument list shape (see Launch.warmup)
-            shape = (len(launch.dtypes), len(launch.constexprs))
-            jobs.append((launch, shape not in shapes))
-            shapes.add(shape)
-        with ThreadPoolExecutor(min(len(launches), os.cpu_count() or 1, 16)) as pool:
-            errors = [f.exception() for f in [pool.submit(launch.warmup, build) for launch, build in jobs]]
+        shapes = sorted({(len(launch.dtypes), len(launch.constexprs)) for launch in launches})
+        with ThreadPoolExecutor(min(len(launches) + len(shapes), os.cpu_count() or 1, 16)) as pool:
+            builds = [pool.submit(build_launcher, n, k) for n, k in shapes]
+            compiles = [pool.submit(launch.warmup) for launch in launches]
+            errors = [f.exception() for f in compiles]
+            built = [f.result() for f in builds]
         failed = [e for e in errors if e is not None]
         if failed:
             log.debug("precompile: %d of %d kernels left to their first call (%s)", len(failed), len(launches),
                       failed[0])
+        if not all(built):
+            log.debug("precompile: %d launchers left to the first call", built.count(False))
     except Exception as e:  # the first call compiles them
         log.debug("precompile skipped: %s", e)
+
+
+def launcher_source(pointers, constexprs):
+    """The C source of Triton's CUDA launcher for a kernel taking ``pointers`` tensors then
+    ``constexprs`` block sizes (what ours take). It depends only on that shape: not on the
+    pointers' dtypes nor the block sizes' values."""
+    from triton.backends.nvidia import driver as nv
+    signature = {i: "*fp32" for i in range(pointers)}
+    signature.update({pointers + j: "constexpr" for j in range(constexprs)})
+    return nv.make_launcher({}, signature, None)
+
+
+def build_launcher(pointers, constexprs):
+    """Build (or find in Triton's cache) the launcher module that Triton's first launch of such a
+    kernel will load. True when built; False when this Triton builds its launchers otherwise."""
+    try:
+        from triton.backends.nvidia import driver as nv
+        from triton.runtime.build import compile_module_from_src
+        compile_module_from_src(src=launcher_source(pointers, constexprs), name="__triton_launcher",
+                                library_dirs=nv.library_dirs(), include_dirs=nv.include_dirs,
+                                libraries=nv.libraries)
+        return True
+    except Exception as e:
+        log.debug("launcher for %d pointers, %d constexprs not built ahead: %s", pointers, constexprs, e)
+        return False
 
 
 def _idle(hook):
@@ -136,17 +163,10 @@ class Launch:
         self.dtypes = dtypes  # of the pointer arguments, for warmup()
         self.compiled = None
 
-    def warmup(self, build_launcher=False):
+    def warmup(self):
         """Compile for 16-byte aligned arguments of these dtypes (what a first call will
-        normally need), so that the first call finds the kernel in Triton's cache.
-
-        ``build_launcher``: also build Triton's C launcher for this argument list (a gcc run per
-        distinct list, cached on disk, that Triton would otherwise make serially at each first
-        launch). Building it touches no GPU; the first launch then loads it from the cache."""
-        c = self.kernel.warmup(*self.dtypes, grid=(self.grid,), num_warps=self.num_warps, **self.constexprs)
-        if build_launcher and hasattr(c, "src") and hasattr(c, "metadata"):
-            from triton.runtime.driver import driver
-            driver.active.launcher_cls(c.src, c.metadata)
+        normally need), so that the first call finds the kernel in Triton's cache."""
+        self.kernel.warmup(*self.dtypes, grid=(self.grid,), num_warps=self.num_warps, **self.constexprs)
 
     def __call__(self, stream, *args):
         """Launch on ``args``; ``stream`` is launch_stream()'s answer for this wrapper call."""
