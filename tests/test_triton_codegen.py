@@ -154,6 +154,7 @@ def test_layer_norm_one_kernel(sources):
     check(lambda x: F.layer_norm(x, (40,), w, b), r(2, 3, 40), atol=2e-5, rtol=2e-5)
     (src,) = sources()
     assert kernels(src) == 1, src
+    assert "def triton_row_0_native_layer_norm(" in src  # named after the op, before decomposition
 
 
 def test_rms_norm():

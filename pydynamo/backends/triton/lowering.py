@@ -54,6 +54,17 @@ class ViewOp:
         self.reads = {base}
 
 
+def _origins(node, args):
+    """The ops a lowered value computes, for kernel names: the node's op (before AOTAutograd's
+    decompositions: native_layer_norm_backward rather than its sub and mul) and what it inlines
+    of its lazy arguments (a buffer in memory is a load, not part of the value)."""
+    op = node.meta.get("original_aten") or node.target
+    name = getattr(getattr(op, "overloadpacket", op), "__name__", str(op)).strip("_")
+    out = {name}
+    map_aggregate(args, lambda a: out.update(getattr(a, "origins", ())) if isinstance(a, (Pointwise, View)) else None)
+    return frozenset(out)
+
+
 def map_aggregate(a, fn):
     if isinstance(a, (list, tuple)):
         return type(a)(map_aggregate(x, fn) for x in a)
@@ -85,6 +96,7 @@ class GraphLowering:
         self._realized = {}      # id(lazy value) -> ComputedBuffer
         self._views = {}         # id(View) -> wrapper name
         self._count = 0
+        self._origins = frozenset()  # names of the ops the value being lowered computes
 
     def new_name(self, prefix="buf"):
         self._count += 1
@@ -129,13 +141,20 @@ class GraphLowering:
         kwargs = map_arg(node.kwargs, self.lookup)
         fn = LOWERINGS.get(node.target)
         if fn is not None and self._lowerable(node, args, kwargs):
+            self._origins = _origins(node, (args, kwargs))
             try:
                 value = fn(self, node, *args, **kwargs)
             except Unlowerable:
                 value = None
             if value is not None:
+                map_aggregate(value, self._label)
                 return self._maybe_realize(node, value)
         return self.fallback(node, args, kwargs)
+
+    def _label(self, value):
+        if isinstance(value, Node) and not isinstance(value, (InputBuffer, FallbackBuffer)):
+            value.origins = getattr(value, "origins", frozenset()) | self._origins
+        return value
 
     def _lowerable(self, node, args, kwargs):
         """Only tensors on the graph's device, with elements, reach our kernels."""
@@ -168,6 +187,7 @@ class GraphLowering:
         if isinstance(val, torch.Tensor) and tuple(val.shape) == tuple(value.shape):
             stride = dense_strides(value.shape, val.stride()) or stride
         buf = ComputedBuffer(self.new_name(), value, stride, self.device)
+        buf.origins = getattr(value, "origins", frozenset()) | self._origins
         self.items.append(buf)
         self._realized[id(value)] = buf
         return buf

@@ -98,6 +98,18 @@ def aten_call(op, args, kwargs):
     return f"torch.ops.{key}({', '.join(list(args) + [f'{k}={v}' for k, v in kwargs.items()])})"
 
 
+_LAYOUT_OPS = {"t", "view", "alias", "detach", "expand", "unsafe_view", "permute", "transpose", "reshape",
+               "squeeze", "unsqueeze", "slice", "select", "getitem", "clone", "split", "split_with_sizes"}
+
+
+def _describe(group, most=3):
+    """``_op_op``: the most telling names of the ops a kernel computes (longest first; views
+    and copies only for a kernel that does nothing else)."""
+    names = {n for p in group.members for n in getattr(p.buf, "origins", ()) if n.isidentifier()}
+    names = (names - _LAYOUT_OPS) or ({"copy"} if names else set())
+    return "".join(f"_{n}" for n in sorted(sorted(names, key=lambda n: (-len(n), n))[:most]))
+
+
 def _reads(it, group_produced):
     if isinstance(it, Group):
         names = {n for p in it.members for n, _ in p.rec.loads}
@@ -167,7 +179,7 @@ class WrapperCodegen:
         # and launched through one Launch
         key = (src, grid, warps, cfg, dtypes)
         if key not in self.same:
-            name = f"triton_{kind}_{len(self.kernels)}"
+            name = f"triton_{kind}_{len(self.kernels)}{_describe(group)}"
             self.kernels.append((name, src.replace("def KERNEL(", f"def {name}(", 1), [computes]))
             launch = f"launch_{len(self.launches)}"
             self.launches.append(f"{launch} = Launch({name}, {grid}, {warps}, ({dtypes},){cfg})")
