@@ -226,8 +226,9 @@ class View(Node):
 
 
 class Reduction(Node):
-    """Reduce ``inner`` (a function of an index into ``in_shape``) over ``dims`` with ``kind``
-    (sum, max, min).  The output has ``in_shape`` with ``dims`` dropped (or kept as 1s)."""
+    """Reduce ``inner`` (a function of an index into ``in_shape``) over ``dims`` with ``kind``:
+    sum, max, min, or sumexp (sum(exp(v - max(v))), softmax's denominator, in one pass).  The
+    output has ``in_shape`` with ``dims`` dropped (or kept as 1s)."""
 
     def __init__(self, in_shape, dims, kind, inner, dtype, keepdim):
         self.in_shape, self.dims, self.kind, self.inner = tuple(in_shape), tuple(sorted(dims)), kind, inner
