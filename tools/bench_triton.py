@@ -230,7 +230,9 @@ def profile(device, only, top=25):
         if only and wname[0] not in only:
             continue
         for backend in ("triton", "inductor"):
+            sources = _capture_output_code()
             run, *_ = compile_one(backend, fn, inputs, training, device)
+            moved = _kernel_traffic(sources)
             for _ in range(3):
                 run()
             sync(device)
@@ -247,7 +249,33 @@ def profile(device, only, top=25):
             print(f"\n{wname}, {backend}: {sum(n for n, _ in per.values()) / 5:.0f} kernels and "
                   f"{total:.0f} us of kernel time per step")
             for name, (n, t) in sorted(per.items(), key=lambda kv: -kv[1][1])[:top]:
-                print(f"  {t / 5:8.1f} us {n / 5:5.1f}x  {name[:100]}")
+                gbps = f"{moved[name] * n / t / 1e3:6.0f} GB/s" if name in moved else " " * 11
+                print(f"  {t / 5:8.1f} us {n / 5:5.1f}x {gbps}  {name[:100]}")
+
+
+def _capture_output_code():
+    """A list that fills with the generated modules logged from now on."""
+    import logging
+    out = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            out.append(record.args[1])
+    logger = logging.getLogger("pydynamo.output_code")
+    logger.setLevel(logging.INFO)
+    logger.addHandler(Keep())
+    return out
+
+
+def _kernel_traffic(sources):
+    """kernel name -> bytes it moves per launch, from the notes in the generated code."""
+    import re
+    out = {}
+    for src in sources:
+        for m in re.finditer(r"\(reads ([\d.e+-]+) MB, writes ([\d.e+-]+) MB\)\n(?:# .*\n)*@triton.jit\ndef (\w+)\(",
+                             src):
+            out[m.group(3)] = (float(m.group(1)) + float(m.group(2))) * 2**20
+    return out
 
 
 def count(scale):

@@ -110,6 +110,25 @@ def _describe(group, most=3):
     return "".join(f"_{n}" for n in sorted(sorted(names, key=lambda n: (-len(n), n))[:most]))
 
 
+def _traffic(src, params, buffers, elements):
+    """``(reads X MB, writes Y MB)``: what a kernel moves to and from memory, each buffer counted
+    once per loop that loads it (a looped row kernel reads its rows once per phase), and at most
+    once per element the kernel visits (a gather reads one element per row). With a profile's
+    time this is the kernel's achieved bandwidth."""
+    loops = src.split("for roffset in range(")[1:]
+    read = write = 0
+    for name, param in params.items():
+        buf = buffers.get(name)
+        if buf is None:
+            continue
+        size = min(math.prod(buf.shape), elements) * buf.dtype.itemsize
+        if param.startswith("out_ptr"):
+            write += size
+        else:
+            read += size * max(1, sum(f"tl.load({param} +" in body for body in loops))
+    return f"(reads {read / 2**20:.3g} MB, writes {write / 2**20:.3g} MB)"
+
+
 def _reads(it, group_produced):
     if isinstance(it, Group):
         names = {n for p in it.members for n, _ in p.rec.loads}
@@ -173,6 +192,7 @@ class WrapperCodegen:
         src, params, grid, config, warps = codegen.generate()
         computes = ", ".join(f"{p.buf.name}{'' if p.buf.name in stored else ' (kept in registers)'}"
                              for p in group.members)
+        computes += " " + _traffic(src, codegen.params, self._buffers(), group.space.xnumel * group.space.rnumel)
         cfg = "".join(f", {k}={v}" for k, v in config.items())
         dtypes = ", ".join(str(codegen.dtypes[p]) for p in params)
         # a kernel identical to an earlier one (the same layer repeated) is defined, compiled
@@ -199,6 +219,16 @@ class WrapperCodegen:
                 self.lines.append(f"{b.name} = empty_strided({b.shape}, {b.stride}, device=DEVICE, dtype={dtype})")
             owned[b.name] = key
         self.lines.append(f"{launch}({', '.join(['stream'] + params)})")
+
+    def _buffers(self):
+        """Every buffer a kernel may touch, by name (for the traffic notes)."""
+        if not hasattr(self, "_by_name"):
+            g = self.g
+            bufs = list(g.inputs) + [b for b, _ in g.constants]
+            for it in self.seq:
+                bufs += [p.buf for p in it.members] if isinstance(it, Group) else list(getattr(it, "outputs", []))
+            self._by_name = {b.name: b for b in bufs if hasattr(b, "name") and hasattr(b, "shape")}
+        return self._by_name
 
     def _in_place(self, it, i, last, owned):
         """The in-place form of ``it`` when it may write into its first argument: a buffer we
