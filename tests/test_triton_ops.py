@@ -84,6 +84,9 @@ CASES = {
  "gather_neg": lambda x: torch.gather(x, 1, torch.tensor([[0], [5], [2], [3]])) + 1,
  "scatter_add": lambda x: torch.zeros(4, 6).scatter_add(1, torch.tensor([[0], [5], [2], [3]]), x[:, :1]),
  "empty_reductions": lambda x: (x[:0].sum(0), x[:0].float().mean(0), x[:, :0].sum(1) + 1),
+ "embedding": lambda x: F.embedding(torch.tensor([[0, 3], [3, 1]]), x) * 2 + F.embedding(torch.tensor([1]), x),
+ "index_rows": lambda x: x[torch.tensor([2, -1, 0])] + x[torch.tensor([[1], [3], [0]])].sum(1),
+ "index_cols": lambda x: x[:, torch.tensor([5, 0, -2])] * 3,
  "one_hot": lambda x: F.one_hot(torch.tensor([0, 5, 2, 3]), 6).float() * x,
 }
 

@@ -314,6 +314,46 @@ def gather(g, node, x, dim, index, sparse_grad=False):
     return pw
 
 
+@lowering(aten.embedding.default)
+def embedding(g, node, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    """``out[..., j] = weight[indices[...], j]``: rows picked by an indirect load, so the
+    embedding sum (tokens + positions) and the LayerNorm after it are one kernel."""
+    _index_tensor(indices)
+    if len(weight.shape) != 2:
+        raise Unlowerable("embedding weight")
+    return _take(node, weight, 0, indices)
+
+
+@lowering(aten.index.Tensor)
+def index(g, node, x, indices):
+    """``x[idx]`` with one integer index tensor (after any number of full slices): an indirect
+    load, negative indices counted from the end as in eager."""
+    tensors = [(d, i) for d, i in enumerate(indices) if i is not None]
+    if len(tensors) != 1 or any(i is not None for i in indices[:tensors[0][0]]):
+        raise Unlowerable("index pattern")
+    dim, idx = tensors[0]
+    _index_tensor(idx)
+    return _take(node, x, dim, idx, wrap=True)
+
+
+def _take(node, x, dim, idx, wrap=False):
+    """``x`` with dim ``dim`` replaced by the dims of ``idx``, read at ``idx``'s values."""
+    val = meta(node)
+    if not ops.supported_dtype(x.dtype) or not x.shape:
+        raise Unlowerable("take")
+    n, k_dims = x.shape[dim], len(idx.shape)
+
+    def fn(k, out):
+        i = idx.load(k, out[dim:dim + k_dims])
+        if wrap:
+            i = k.emit(f"tl.where({i} < 0, {i} + {n}, {i})")
+        at = list(out[:dim]) + [Affine.indirect(i, n, out[dim:dim + k_dims])] + list(out[dim + k_dims:])
+        return x.load(k, at)
+    pw = Pointwise(val.shape, val.dtype, fn, 2 + getattr(x, "cost", 0))
+    pw.reads = reads_of(x) | reads_of(idx)
+    return pw
+
+
 @lowering(aten.scatter.value, aten.scatter.src)
 def scatter(g, node, x, dim, index, src):
     """One index per position along ``dim`` (index of size 1 there, the input's size elsewhere):
