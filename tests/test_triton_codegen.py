@@ -251,6 +251,25 @@ def test_embedding_of_positions(sources):
           torch.randint(0, 16, (2, 8)))
 
 
+def test_cat_fuses_with_its_inputs_and_users(sources):
+    """torch.cat as loads masked to each input's slice: RoPE's rotate_half and the multiply-add
+    around it are one kernel; cat along other dims, of three sizes, into a reduction, with
+    dtype promotion and a legacy empty tensor match eager."""
+    cos, sin = r(8), r(8)
+
+    def rope(q):
+        rot = torch.cat([-q[..., 4:], q[..., :4]], dim=-1)
+        return q * cos + rot * sin
+    check(rope, r(2, 3, 8))
+    assert kernels(sources()[0]) == 1 and "torch.ops.aten.cat" not in sources()[0]
+    a, b, c = r(2, 3, 4), r(2, 5, 4), r(2, 1, 4)
+    check(lambda a: torch.cat([a, b * 2, c], 1).sum(1), a)
+    check(lambda a: torch.cat([a, a.exp()], 0) + 1, a)
+    check(lambda a: torch.cat([a[:, :1], torch.ones(2, 1, 4, dtype=torch.int64)], 2), a)
+    check(lambda a: torch.cat([torch.empty(0), a.flatten()]) * 3, a)
+    assert all("torch.ops.aten.cat" not in s for s in sources())
+
+
 # ---- fallbacks and fusion around them ----
 
 def test_matmul_falls_back_with_fusion_around(sources):

@@ -8,6 +8,7 @@ Loop variables are named after the dimension they index (x0, r2, ...).  Before e
 that every access walks contiguously are merged (``merge_plan``) so that a contiguous
 [B, H, W] pointwise op indexes memory with the flat ``x0``, which Triton can vectorize.
 """
+import contextlib
 import math
 import re
 
@@ -60,6 +61,7 @@ class KernelCodegen:
         self.cse = {}
         self.produced = {}        # buffer name -> value variable
         self.count = 0
+        self.masks = []           # conditions every load made now is masked with (see masked())
         self._plan()
 
     # ---- planning ----
@@ -94,8 +96,18 @@ class KernelCodegen:
             self.cse[key] = var
         return self.cse[key]
 
+    @contextlib.contextmanager
+    def masked(self, cond):
+        """Loads emitted inside read only where ``cond`` holds (other lanes get 0): a value
+        defined on part of the space, such as one input of a concatenation."""
+        self.masks.append(cond)
+        try:
+            yield
+        finally:
+            self.masks.pop()
+
     def memo(self, node, index, thunk):
-        key = (self._scope(), "memo", id(node), tuple(Affine.lift(i).key() for i in index))
+        key = (self._scope(), "memo", id(node), tuple(Affine.lift(i).key() for i in index), tuple(self.masks))
         if key not in self.cse:
             self.cse[key] = thunk()
         return self.cse[key]
@@ -133,7 +145,8 @@ class KernelCodegen:
         if not vs:
             text = f"tl.load({param} + {self.render(offset)})"
         else:
-            text = f"tl.load({param} + ({self.render(offset)}), {self._mask(vs)}, other=0)"
+            mask = " & ".join([self._mask(vs)] + self.masks)
+            text = f"tl.load({param} + ({self.render(offset)}), {mask}, other=0)"
         if ops.compute_dtype(buf.dtype) != buf.dtype:
             text += f".to({ops.TL_DTYPE[ops.compute_dtype(buf.dtype)]})"
         return self.emit(text)

@@ -314,6 +314,37 @@ def gather(g, node, x, dim, index, sparse_grad=False):
     return pw
 
 
+@lowering(aten.cat.default)
+def cat(g, node, tensors, dim=0):
+    """Each element from the input whose slice of ``dim`` holds it: loads masked to that slice,
+    so a concatenation fuses with what it reads and what reads it (rotate_half in RoPE)."""
+    val = meta(node)
+    if not all(isinstance(t, Node) for t in tensors) or not ops.supported_dtype(val.dtype) \
+            or any(not ops.supported_dtype(t.dtype) for t in tensors):
+        raise Unlowerable("cat inputs")
+    dim %= len(val.shape)
+    parts = [t for t in tensors if t.numel() > 0]  # a legacy empty 1-D tensor adds nothing
+    if not parts or len(parts) > 8:
+        raise Unlowerable("cat of many")
+    out = ops.compute_dtype(val.dtype)
+
+    def fn(k, idx):
+        pos = k.index_value(idx[dim])
+        result, start = None, 0
+        for t in parts:
+            end = start + t.shape[dim]
+            at = list(idx)
+            at[dim] = Affine.lift(idx[dim]) + (-start)
+            with k.masked(k.emit(f"({pos} >= {start}) & ({pos} < {end})")):
+                v = ops.cast(t.load(k, at), t.dtype, out)
+            result = v if result is None else k.emit(f"tl.where({pos} < {start}, {result}, {v})")
+            start = end
+        return k.emit(ops.cast(result, out, val.dtype))
+    pw = Pointwise(val.shape, val.dtype, fn, 1 + sum(getattr(t, "cost", 0) for t in parts))
+    pw.reads = frozenset().union(*(reads_of(t) for t in parts))
+    return pw
+
+
 @lowering(aten.embedding.default)
 def embedding(g, node, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
     """``out[..., j] = weight[indices[...], j]``: rows picked by an indirect load, so the

@@ -13,6 +13,7 @@ place of a kernel, which notes every load and index use instead of emitting code
 A row too long for registers (more than PERSISTENT_MAX) makes a *looped* kernel: one loop over
 the row per *phase*; a value needing a reduction's result goes in a later phase than it.
 """
+import contextlib
 import math
 
 from .ir import Affine, ComputedBuffer, Reduction, offset_of
@@ -103,6 +104,9 @@ class Recorder:
     def index_value(self, a):
         self.raw.append(Affine.lift(a))
         return "i"
+
+    def masked(self, cond):
+        return contextlib.nullcontext()
 
 
 class Placed:
