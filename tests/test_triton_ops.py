@@ -87,6 +87,12 @@ CASES = {
  "embedding": lambda x: F.embedding(torch.tensor([[0, 3], [3, 1]]), x) * 2 + F.embedding(torch.tensor([1]), x),
  "index_rows": lambda x: x[torch.tensor([2, -1, 0])] + x[torch.tensor([[1], [3], [0]])].sum(1),
  "index_cols": lambda x: x[:, torch.tensor([5, 0, -2])] * 3,
+ "remainder_fmod_mixed_signs": lambda x: (torch.remainder(x * 3, -0.7), torch.fmod(x * 3, -0.7), torch.remainder(i, -3),
+                                          torch.fmod(i, 3), torch.remainder(i, i.abs() + 1), torch.remainder(5.0, x.abs() + 1)),
+ "int_div_modes": lambda x: (torch.div(i, 3, rounding_mode="floor"), torch.div(i, -3, rounding_mode="trunc"),
+                             torch.div(i, i.abs() + 1, rounding_mode="floor"), torch.div(x, -0.3, rounding_mode="trunc")),
+ "flip": lambda x: x.flip(0) + x.flip(1) * 2 + x.flip(0, 1).sum(0),
+ "pad": lambda x: F.pad(x, (1, 2)) + 1 + F.pad(x, (0, 0, 2, 1), value=-3.5).sum() + F.pad(x, (-1, -2)).sum(),
  "one_hot": lambda x: F.one_hot(torch.tensor([0, 5, 2, 3]), 6).float() * x,
 }
 

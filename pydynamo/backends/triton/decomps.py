@@ -16,6 +16,11 @@ EXTRA = [
     aten.leaky_relu, aten.silu, aten.silu_backward, aten.addcmul, aten.addcdiv, aten.lerp,
     aten.sigmoid_backward, aten.tanh_backward, aten.threshold_backward, aten.elu, aten.mish,
     aten.hardswish, aten.hardsigmoid, aten.rms_norm, aten._fused_rms_norm, aten.std.correction,
+    # batch and group norm as reductions and pointwise ops: they fuse with the ReLU and the
+    # residual add around them in convolutional nets
+    aten._native_batch_norm_legit_functional, aten._native_batch_norm_legit_no_training,
+    aten._native_batch_norm_legit, aten.native_batch_norm, aten.native_group_norm,
+    aten.linalg_vector_norm, aten.repeat, aten.slice_scatter, aten.index_select, aten.logical_xor,
 ]
 KEEP = {aten.var_mean.correction, aten.var.correction, aten.mean.dim, aten.mean.default,
         aten.embedding_dense_backward,

@@ -104,11 +104,34 @@ LOWERINGS[prims.div.default] = _binary("({} / {})".format)
 
 @lowering(aten.div.Tensor_mode, aten.div.Scalar_mode)
 def div_mode(g, node, a, b, rounding_mode=None):
+    """True, floor or trunc division. Triton's integer ``//`` truncates (as C does): floor
+    division steps down where the signs differ and something remains."""
     if rounding_mode is None:
         return pointwise(node, [a, b], "({} / {})".format)
-    if rounding_mode == "floor" and meta(node).dtype.is_floating_point:
+    floating = meta(node).dtype.is_floating_point
+    if rounding_mode == "floor" and floating:
         return pointwise(node, [a, b], "tl.floor({} / {})".format)
+    if rounding_mode == "trunc" and floating:
+        return pointwise(node, [a, b], lambda x, y: ops.unary("trunc", f"({x} / {y})"))
+    if rounding_mode == "trunc":
+        return pointwise(node, [a, b], "({} // {})".format)
+    if rounding_mode == "floor":
+        return pointwise(node, [a, b], lambda x, y: f"(({x} // {y}) - ((({x} % {y}) != 0) & (({x} < 0) != ({y} < 0))))")
     raise Unlowerable(f"div rounding {rounding_mode}")
+
+
+@lowering(aten.fmod.Tensor, aten.fmod.Scalar)
+def fmod(g, node, a, b):
+    """C's remainder, the sign of the dividend: Triton's ``%`` on floats and integers."""
+    return pointwise(node, [a, b], "({} % {})".format)
+
+
+@lowering(aten.remainder.Tensor, aten.remainder.Scalar, aten.remainder.Scalar_Tensor)
+def remainder(g, node, a, b):
+    """Python's remainder, the sign of the divisor: fmod, plus the divisor where the signs differ."""
+    def fmt(x, y):
+        return f"tl.where((({x} % {y}) != 0) & ((({x} % {y}) < 0) != ({y} < 0)), ({x} % {y}) + {y}, {x} % {y})"
+    return pointwise(node, [a, b], fmt)
 
 
 @lowering(aten.rsub.Scalar, aten.rsub.Tensor)
@@ -531,6 +554,46 @@ def select(g, node, a, dim, i):
     dim = dim % len(a.shape)
     i = i + a.shape[dim] if i < 0 else i
     return view_node(node, a, lambda index: list(index[:dim]) + [Affine(const=i)] + list(index[dim:]), [dim, i])
+
+
+@lowering(aten.flip.default)
+def flip(g, node, a, dims):
+    """Index arithmetic like a view (i -> n - 1 - i); replayed with aten.flip (a copy) where a
+    real tensor is needed."""
+    n = len(a.shape)
+    dims = {d % n for d in dims}
+
+    def reindex(index):
+        return [Affine.lift(i) * -1 + (a.shape[d] - 1) if d in dims else i for d, i in enumerate(index)]
+    return view_node(node, a, reindex, [node.args[1]])
+
+
+@lowering(aten.constant_pad_nd.default)
+def constant_pad_nd(g, node, a, pad, value=0):
+    """F.pad with a constant: the input where the index falls inside it (a masked load), else
+    ``value``. Negative pads crop."""
+    val = meta(node)
+    if not ops.supported_dtype(val.dtype):
+        raise Unlowerable("dtype")
+    n = len(a.shape)
+    lows = {n - 1 - i // 2: pad[i] for i in range(0, len(pad), 2)}
+    out = ops.compute_dtype(val.dtype)
+
+    def fn(k, index):
+        at, conds = list(index), []
+        for d, lo in lows.items():
+            at[d] = Affine.lift(index[d]) + (-lo)
+            pos = k.index_value(index[d])
+            conds.append(f"({pos} >= {lo}) & ({pos} < {lo + a.shape[d]})")
+        inside = k.emit(" & ".join(conds)) if conds else None
+        if inside is None:
+            return k.emit(ops.cast(a.load(k, at), a.dtype, val.dtype))
+        with k.masked(inside):
+            v = ops.cast(a.load(k, at), a.dtype, out)
+        return k.emit(ops.cast(f"tl.where({inside}, {v}, {ops.literal(value, out)})", out, val.dtype))
+    pw = Pointwise(val.shape, val.dtype, fn, 2 + getattr(a, "cost", 0))
+    pw.reads = reads_of(a)
+    return pw
 
 
 @lowering(aten.alias.default, aten.detach.default)
