@@ -364,6 +364,9 @@ def test_graph_with_an_in_place_op_runs_with_aten(caplog, monkeypatch):
     (lambda x: x.sum((0, 1), keepdim=True), (64, 64, 8)),
     (lambda x: x.mean(0) + x.amax(0), (4096, 8)),           # mean's division by the full count
     (lambda x: x.amin((0, 1)), (2048, 4, 2)),
+    (lambda x: x.sum((0, 2, 3)), (64, 3, 16, 16)),            # a batch norm's sums over N, H, W
+    (lambda x: x.mean((0, 2, 3), keepdim=True) * x, (64, 3, 16, 16)),
+    (lambda x: torch.var(x, (0, 2), keepdim=True), (256, 2, 64)),
     (lambda x: x.sum(), (1 << 16,)),                        # one output
     (lambda x: torch.var(x, 0), (4096, 4)),
     (lambda x: (x > 0).sum(0), (4096, 8)),                  # an integer sum
@@ -379,7 +382,8 @@ def test_split_reduction_parts(monkeypatch):
     from pydynamo.backends.triton.lowerings import split_factor
     assert split_factor((2048, 512), [0]) == 32          # 8 programs of 64 columns -> 256
     assert split_factor((8, 256, 512), [0, 1]) == 32     # adjacent reduced dims count as one
-    assert split_factor((8, 256, 512), [0, 2]) == 1      # not adjacent: not split
+    assert split_factor((8, 64, 4096), [0, 2]) == 4      # not adjacent: the outer dim is cut
+    assert split_factor((64, 64, 112, 112), [0, 2, 3]) == 4  # batch norm: 64 channels -> 256
     assert split_factor((8192, 4096), [1]) == 1          # a program per row already
     assert split_factor((1 << 16,), [0]) == 32           # one long row: slices of 2048
     assert split_factor((100, 16), [0]) == 1             # short columns: not worth it

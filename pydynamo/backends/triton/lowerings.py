@@ -661,12 +661,19 @@ SPLIT_TARGET_PROGRAMS = 256  # split until about this many (two per SM on an H10
 SPLIT_MAX_PARTS = 128
 
 
+def _split_block(dims):
+    """The reduced dims a split cuts: all of them when adjacent (taken as one), else the
+    outermost (the batch of a batch norm over N, H, W)."""
+    dims = list(dims)
+    return dims if dims == list(range(dims[0], dims[-1] + 1)) else dims[:1]
+
+
 def split_factor(shape, dims):
-    """How many slices to cut the reduced dims (adjacent ones, taken as one) into; 1: no split."""
-    if os.environ.get("PYDYNAMO_TRITON_SPLIT_REDUCTIONS", "1") == "0" or not dims \
-            or list(dims) != list(range(dims[0], dims[-1] + 1)):
+    """How many slices to cut the reduced dims (see _split_block) into; 1: no split."""
+    if os.environ.get("PYDYNAMO_TRITON_SPLIT_REDUCTIONS", "1") == "0" or not dims:
         return 1
     rnumel = math.prod(shape[d] for d in dims)
+    block = math.prod(shape[d] for d in _split_block(dims))
     xnumel = math.prod(shape) // max(1, rnumel)
     big = [d for d, s in enumerate(shape) if s > 1]
     if big and big[-1] in dims:   # rows along memory: a program per row, looping over it
@@ -677,7 +684,7 @@ def split_factor(shape, dims):
         return 1
     parts = 1
     while parts * 2 <= SPLIT_MAX_PARTS and programs * parts < SPLIT_TARGET_PROGRAMS \
-            and rnumel % (parts * 2) == 0 and rnumel // (parts * 2) >= min_rows:
+            and block % (parts * 2) == 0 and rnumel // (parts * 2) >= min_rows:
         parts *= 2
     return parts
 
@@ -693,26 +700,40 @@ def _unflatten(flat, sizes):
 
 
 def _split_reduction(g, shape, dims, keepdim, kind, out_dtype, acc, inner, post, parts):
-    """Reduce the adjacent ``dims`` of ``shape`` in two stages (see split_factor)."""
-    d0, dk = dims[0], dims[-1]
+    """Reduce ``dims`` of ``shape`` in two stages (see split_factor): the block of dims that is
+    cut becomes (parts, rows); stage 1 reduces the rows and any other reduced dims into
+    partials, stage 2 reduces the parts."""
+    block = _split_block(dims)
+    b0, bk = block[0], block[-1]
+    rest = [d for d in dims if d not in block]   # all after the block
     total = math.prod(shape[d] for d in dims)
-    rows = total // parts
-    # stage 1: the reduced dims as one, cut into (parts, rows); reduce the rows
-    shape1 = shape[:d0] + (parts, rows) + shape[dk + 1:]
+    rows = math.prod(shape[d] for d in block) // parts
+    shape1 = shape[:b0] + (parts, rows) + shape[bk + 1:]
+    shift = 1 - (len(block) - 1)                 # where a dim after the block lands in shape1
 
     def inner1(k, index):
-        flat = Affine.lift(index[d0]) * rows + index[d0 + 1]
-        return inner(k, list(index[:d0]) + _unflatten(flat, shape[d0:dk + 1]) + list(index[d0 + 2:]))
-    red1 = Reduction(shape1, [d0 + 1], kind, inner1, acc, True)
+        flat = Affine.lift(index[b0]) * rows + index[b0 + 1]
+        return inner(k, list(index[:b0]) + _unflatten(flat, shape[b0:bk + 1]) + list(index[b0 + 2:]))
+    red1 = Reduction(shape1, [b0 + 1] + [d + shift for d in rest], kind, inner1, acc, True)
     red1.acc_dtype, red1.post = acc, None
-    partial = g.realize(red1)  # shape[:d0] + (parts, 1) + shape[dk + 1:]
-    # stage 2: reduce the parts, laid out as the output (keepdim's 1s after the parts)
-    ones = (1,) * (len(dims) - 1) if keepdim else ()
-    shape2 = shape[:d0] + (parts,) + ones + shape[dk + 1:]
+    partial = g.realize(red1)  # shape1 with the rows and the rest reduced to 1s
+    # stage 2: reduce the parts, laid out as the output (keepdim's 1s where dims were reduced)
+    tail = [d for d in range(bk + 1, len(shape)) if keepdim or d not in rest]
+    ones = (1,) * (len(block) - 1) if keepdim else ()
+    shape2 = shape[:b0] + (parts,) + ones + tuple(1 if d in rest else shape[d] for d in tail)
 
     def inner2(k, index):
-        return partial.load(k, list(index[:d0 + 1]) + [Affine()] + list(index[d0 + 1 + len(ones):]))
-    red2 = Reduction(shape2, [d0], kind, inner2, out_dtype, keepdim)
+        after = iter(index[b0 + 1 + len(ones):])  # shape2's entries after the parts
+        at = list(index[:b0 + 1]) + [Affine()]     # the partial: ..., parts, 1 (the rows)
+        for d in range(bk + 1, len(shape)):
+            if d in rest:                          # reduced in stage 1: a 1 in the partial
+                if keepdim:
+                    next(after)                    # and a 1 in shape2
+                at.append(Affine())
+            else:
+                at.append(next(after))
+        return partial.load(k, at)
+    red2 = Reduction(shape2, [b0], kind, inner2, out_dtype, keepdim)
     red2.acc_dtype = acc
     red2.post = None if post is None else (lambda v, _n: post(v, total))
     return g.realize(red2)
