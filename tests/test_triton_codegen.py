@@ -194,6 +194,24 @@ def test_long_row_softmax_reads_its_rows_once_for_max_and_sum(monkeypatch, sourc
     check(lambda x: F.cross_entropy(x, t), r(6, 50) * 4, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("persistent", [True, False])
+def test_cumsum_is_a_scan_fused_with_its_users(monkeypatch, sources, persistent):
+    """cumsum along rows (held whole, or looped with a carry), along columns, of ints and
+    bools (int64 sums), and fused: the position ids HF models derive from an attention mask."""
+    if not persistent:
+        monkeypatch.setattr(scheduler, "PERSISTENT_MAX", 16)
+        monkeypatch.setattr(scheduler, "COLUMN_PERSISTENT_MAX", 4)
+        monkeypatch.setattr(kernel, "LOOP_RBLOCK", 8)
+    check(lambda x: torch.cumsum(x * 2, -1) + 1, r(5, 50), atol=1e-4, rtol=1e-5)
+    check(lambda x: torch.cumsum(x, 0).exp(), r(37, 6), atol=1e-4, rtol=1e-5)
+    mask = torch.ones(3, 40, dtype=torch.int64)
+    mask[1, :7] = 0
+    check(lambda m: (m.cumsum(-1) - 1).masked_fill(m == 0, 1), mask)
+    check(lambda x: (x > 0).cumsum(1), r(4, 30))
+    assert all("aten.cumsum" not in s for s in sources())
+    assert kernels(sources()[0]) == 1
+
+
 def test_relu_layer_norm_residual(sources):
     check(lambda x: F.relu(F.layer_norm(x, (32,))) + x, r(6, 32), atol=2e-5, rtol=2e-5)
     assert kernels(sources()[0]) == 1

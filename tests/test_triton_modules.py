@@ -46,6 +46,7 @@ CASES = {
  "gelu_tanh": (Wrap(lambda m, x: F.gelu(m[0](x), approximate="tanh"), nn.Linear(8, 8)), (4, 8)),
  "softplus_elu": (Wrap(lambda m, x: F.softplus(m[0](x)) + F.elu(x) + F.leaky_relu(x) + F.hardswish(x), nn.Linear(8, 8)), (4, 8)),
  "logsumexp": (Wrap(lambda m, x: torch.logsumexp(m[0](x), -1), nn.Linear(8, 8)), (4, 8)),
+ "cumsum_cols": (Wrap(lambda m, x: m[0](x).cumsum(0) * x, nn.Linear(8, 8)), (40, 8)),
  "cumsum": (Wrap(lambda m, x: m[0](x).cumsum(-1), nn.Linear(8, 8)), (4, 8)),
  "std_mean": (Wrap(lambda m, x: m[0](x).std(-1) + x.mean(), nn.Linear(8, 8)), (4, 8)),
  "norm": (Wrap(lambda m, x: F.normalize(m[0](x), dim=-1) + x.norm(dim=-1, keepdim=True), nn.Linear(8, 8)), (4, 8)),

@@ -245,5 +245,17 @@ class Reduction(Node):
         return math.prod(self.in_shape[d] for d in self.dims)
 
 
+class Scan(Reduction):
+    """A running ``kind`` (cumsum) along one dim: iterated like a reduction over that dim (one
+    row per program), but with a value at every element."""
+
+    def __init__(self, shape, dim, kind, inner, dtype):
+        super().__init__(shape, [dim], kind, inner, dtype, True)
+        self.shape = tuple(shape)
+
+    def out_index(self, full_index):
+        return list(full_index)
+
+
 class Unlowerable(Exception):
     """Raised by a lowering that cannot handle its arguments: the node falls back to ATen."""

@@ -202,7 +202,7 @@ class KernelCodegen:
         else:
             self.section = ("pre", p.phase) if p.level == "x" else ("loop", p.phase)
         body = p.buf.body
-        if p.level != "red":
+        if p.level not in ("red", "scan"):
             value = body.load(self, p.index)
             self.produced[p.buf.name] = value
             self._store(p, value)
@@ -211,6 +211,8 @@ class KernelCodegen:
         red = body
         if red.kind == "sumexp":
             return self._sumexp(p, value)
+        if p.level == "scan":
+            return self._scan(p, value)
         neutral = ops.neutral(red.kind, red.acc_dtype)
         nan = red.kind != "sum" and red.acc_dtype.is_floating_point  # max/min keep NaN, like eager
         fn = f"tl.reduce({{}}, 1, {red.kind}_{'nan' if nan else 'op'})"  # helpers in wrapper.HEADER
@@ -232,6 +234,22 @@ class KernelCodegen:
             result = self.emit(fn.format(acc) + "[:, None]")
         if red.post is not None:
             result = self.emit(red.post(result, red.rnumel()))
+        self.produced[p.buf.name] = result
+        self._store(p, result)
+
+    def _scan(self, p, value):
+        """Running sum along the row: Triton's associative_scan over the block; a looped kernel
+        adds what earlier blocks of the row summed to (a carry per row)."""
+        masked = self.emit(f"tl.where(xmask & rmask, {value}, 0)")
+        if self.persistent:
+            result = self.emit(f"tl.associative_scan({masked}, 1, sum_op)")
+        else:
+            carry = f"acc{self.count}"
+            self.count += 1
+            tl_acc = ops.TL_DTYPE[p.buf.body.acc_dtype]
+            self.sections.setdefault(("pre", p.phase), []).append(f"{carry} = tl.full([XBLOCK, 1], 0, {tl_acc})")
+            result = self.emit(f"tl.associative_scan({masked}, 1, sum_op) + {carry}")
+            self.sections[self.section].append(f"{carry} = {carry} + tl.reduce({masked}, 1, sum_op)[:, None]")
         self.produced[p.buf.name] = result
         self._store(p, result)
 

@@ -11,7 +11,7 @@ import os
 import torch
 
 from . import ops
-from .ir import Affine, Buffer, Node, Pointwise, Reduction, Unlowerable, View
+from .ir import Affine, Buffer, Node, Pointwise, Reduction, Scan, Unlowerable, View
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -737,6 +737,22 @@ def _split_reduction(g, shape, dims, keepdim, kind, out_dtype, acc, inner, post,
     red2.acc_dtype = acc
     red2.post = None if post is None else (lambda v, _n: post(v, total))
     return g.realize(red2)
+
+
+@lowering(aten.cumsum.default)
+def cumsum(g, node, x, dim, dtype=None):
+    """A scan along ``dim`` (kernel.py), accumulated in float32 or int64 like eager."""
+    val = meta(node)
+    if not x.shape or math.prod(x.shape) == 0 or not ops.supported_dtype(x.dtype) \
+            or not ops.supported_dtype(val.dtype):
+        raise Unlowerable("cumsum")
+    acc = ops.compute_dtype(val.dtype) if val.dtype.is_floating_point else torch.int64
+
+    def inner(k, index):
+        return k.emit(ops.cast(x.load(k, index), x.dtype, acc))
+    scan = Scan(x.shape, dim % len(x.shape), "sum", inner, val.dtype)
+    scan.acc_dtype, scan.post = acc, None
+    return g.realize(scan)
 
 
 @lowering(aten.sum.dim_IntList, aten.sum.default)

@@ -3,7 +3,8 @@
 A kernel iterates one *space*: a pointwise space (every element of one shape) or a row space
 (the elements of ``in_shape`` split into kept dims, the rows ``x``, and reduced dims ``r``).
 Each buffer is placed in the space at a *level*: ``full`` (one value per element), ``x`` (one
-per row) or ``red`` (a reduction: full in, x out).  A buffer joins the kernel being built when
+per row), ``red`` (a reduction: full in, x out) or ``scan`` (a running sum along the row: full
+in, full out).  A buffer joins the kernel being built when
 its shape fits the space and everything it reads from that kernel is read at exactly the place
 where the kernel writes it (so the value is still in registers of the same program).
 
@@ -16,7 +17,7 @@ the row per *phase*; a value needing a reduction's result goes in a later phase 
 import contextlib
 import math
 
-from .ir import Affine, ComputedBuffer, Reduction, offset_of
+from .ir import Affine, ComputedBuffer, Reduction, Scan, offset_of
 
 PERSISTENT_MAX = 4096       # longest row (next power of 2) held in registers: rows along memory
 COLUMN_PERSISTENT_MAX = 64  # the same for columns (reduced dims not innermost), read XBLOCK wide
@@ -62,7 +63,7 @@ class Space:
         body, full = buf.body, self.full_index()
         if isinstance(body, Reduction):
             if self.is_row and body.in_shape == self.shape and body.dims == self.dims:
-                return "red", full
+                return ("scan" if isinstance(body, Scan) else "red"), full
             return None
         if body.shape == self.shape:
             return "full", full
@@ -76,7 +77,7 @@ class Space:
         return None
 
     def store_index(self, buf, level, index):
-        return buf.body.out_index(index) if level == "red" else index
+        return buf.body.out_index(index) if level in ("red", "scan") else index
 
 
 def triton_next_pow2(n):
@@ -153,7 +154,7 @@ def _place_one(space, buf, placed, available):
         raise NotFusable("shape")
     level, index = fit
     rec = Recorder()
-    if level == "red":
+    if level in ("red", "scan"):
         buf.body.inner(rec, index)
     else:
         buf.body.load(rec, index)
@@ -168,13 +169,13 @@ def _place_one(space, buf, placed, available):
             continue
         if off.key() != q.store_offset.key():
             raise NotFusable(f"{name} read at another element than written")
-        if q.level == "full" and level == "x":
+        if q.level in ("full", "scan") and level == "x":
             raise NotFusable("row value from elements")
         p.phase = max(p.phase, q.phase + (1 if q.level == "red" else 0))
     if looped:
         for name, off in rec.loads:
             q = inside.get(name)
-            if q is not None and q.level == "full" and q.phase != p.phase:
+            if q is not None and q.level in ("full", "scan") and q.phase != p.phase:
                 raise NotFusable("element value from an earlier loop")
     return p
 
