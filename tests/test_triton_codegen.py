@@ -212,6 +212,24 @@ def test_cumsum_is_a_scan_fused_with_its_users(monkeypatch, sources, persistent)
     assert kernels(sources()[0]) == 1
 
 
+@pytest.mark.parametrize("persistent", [True, False])
+def test_argmax_and_max_with_indices(monkeypatch, sources, persistent):
+    """argmax/argmin over a dim or all, max/min with indices: the first of equal values, NaN
+    counted largest, -inf rows, integers; rows held whole or looped, and columns."""
+    if not persistent:
+        monkeypatch.setattr(scheduler, "PERSISTENT_MAX", 16)
+        monkeypatch.setattr(scheduler, "COLUMN_PERSISTENT_MAX", 4)
+        monkeypatch.setattr(kernel, "LOOP_RBLOCK", 8)
+    x = torch.randint(-3, 4, (6, 40)).float()   # many ties
+    x[2, 11] = float("nan")
+    x[3] = float("-inf")
+    check(lambda x: (x.argmax(1), x.argmin(1, keepdim=True), x.argmax(0), x.argmax()), x)
+    check(lambda x: (x.max(1).values, x.max(1).indices), x)
+    check(lambda x: (x.min(0).values * 2, x.min(0).indices), x)
+    check(lambda i: (i.argmax(-1), i.max(0).indices), torch.randint(-5, 5, (7, 33)))
+    assert all("aten.argm" not in s and "aten.max.dim" not in s for s in sources())
+
+
 def test_relu_layer_norm_residual(sources):
     check(lambda x: F.relu(F.layer_norm(x, (32,))) + x, r(6, 32), atol=2e-5, rtol=2e-5)
     assert kernels(sources()[0]) == 1

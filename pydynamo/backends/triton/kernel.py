@@ -213,6 +213,8 @@ class KernelCodegen:
             return self._sumexp(p, value)
         if p.level == "scan":
             return self._scan(p, value)
+        if red.kind in ("argmax", "argmin"):
+            return self._arg(p, value)
         neutral = ops.neutral(red.kind, red.acc_dtype)
         nan = red.kind != "sum" and red.acc_dtype.is_floating_point  # max/min keep NaN, like eager
         fn = f"tl.reduce({{}}, 1, {red.kind}_{'nan' if nan else 'op'})"  # helpers in wrapper.HEADER
@@ -250,6 +252,45 @@ class KernelCodegen:
             self.sections.setdefault(("pre", p.phase), []).append(f"{carry} = tl.full([XBLOCK, 1], 0, {tl_acc})")
             result = self.emit(f"tl.associative_scan({masked}, 1, sum_op) + {carry}")
             self.sections[self.section].append(f"{carry} = {carry} + tl.reduce({masked}, 1, sum_op)[:, None]")
+        self.produced[p.buf.name] = result
+        self._store(p, result)
+
+    def _arg(self, p, value):
+        """Index (row-major over the reduced dims) of the first largest (smallest) element; a
+        NaN counts as the largest, as in eager. Looped: per lane the best value and its index,
+        replaced only by a strictly better one (so the earliest wins), then the lanes."""
+        red = p.buf.body
+        big = red.kind == "argmax"
+        flat, size = Affine(), 1
+        for d in reversed(red.dims):
+            flat, size = flat + Affine.lift(p.index[d]) * size, size * red.in_shape[d]
+        pos = self.emit(f"({self.index_value(flat)}).to(tl.int64)")
+        worst = ops.neutral("max" if big else "min", red.acc_dtype)
+        cmp, pick = (">", "max") if big else ("<", "min")
+        nan = red.acc_dtype.is_floating_point
+        if self.persistent:
+            vals = self.emit(f"tl.where(xmask & rmask, {value}, {worst})")
+            best = self.emit(f"tl.reduce({vals}, 1, {pick}_{'nan' if nan else 'op'})[:, None]")
+            hit = f"({vals} == {best})" + (f" | (({best} != {best}) & ({vals} != {vals}))" if nan else "")
+            hit = self.emit(f"xmask & rmask & ({hit})")
+            result = self.emit(f"tl.reduce(tl.where({hit}, {pos}, {2**62}), 1, min_op)[:, None]")
+        else:
+            accv, acci = f"acc{self.count}", f"acc{self.count + 1}"
+            self.count += 2
+            tl_acc = ops.TL_DTYPE[red.acc_dtype]
+            self.sections.setdefault(("pre", p.phase), []).extend([
+                f"{accv} = tl.full([XBLOCK, RBLOCK], {worst}, {tl_acc})",
+                f"{acci} = tl.full([XBLOCK, RBLOCK], {2**62}, tl.int64)"])
+            better = f"({value} {cmp} {accv})" + (f" | (({value} != {value}) & ({accv} == {accv}))" if nan else "")
+            take = f"{accv}_take"
+            self.sections.setdefault(("loop", p.phase), []).extend([
+                f"{take} = xmask & rmask & (({better}) | ({acci} == {2**62}))",
+                f"{accv} = tl.where({take}, {value}, {accv})",
+                f"{acci} = tl.where({take}, {pos}, {acci})"])
+            self.section = ("post", p.phase)
+            best = self.emit(f"tl.reduce({accv}, 1, {pick}_{'nan' if nan else 'op'})[:, None]")
+            hit = f"({accv} == {best})" + (f" | (({best} != {best}) & ({accv} != {accv}))" if nan else "")
+            result = self.emit(f"tl.reduce(tl.where({hit}, {acci}, {2**62}), 1, min_op)[:, None]")
         self.produced[p.buf.name] = result
         self._store(p, result)
 

@@ -144,11 +144,13 @@ class GraphLowering:
             self._origins = _origins(node, (args, kwargs))
             try:
                 value = fn(self, node, *args, **kwargs)
+                if value is not None:
+                    map_aggregate(value, self._label)
+                    return self._maybe_realize(node, value)
             except Unlowerable:
-                value = None
-            if value is not None:
-                map_aggregate(value, self._label)
-                return self._maybe_realize(node, value)
+                pass
+            finally:
+                self._origins = frozenset()  # buffers realized later (for outputs) keep their own
         return self.fallback(node, args, kwargs)
 
     def _label(self, value):

@@ -807,6 +807,33 @@ def amax(g, node, x, dims=(), keepdim=False):
     return reduction(g, node, x, dims, keepdim, kind, meta(node).dtype)
 
 
+def _arg_reduction(g, x, dims, keepdim, kind):
+    if not x.shape or math.prod(x.shape) == 0 or not ops.supported_dtype(x.dtype) or x.dtype == torch.bool:
+        raise Unlowerable("arg reduction")
+    acc = ops.compute_dtype(x.dtype)
+
+    def inner(k, index):
+        return k.emit(ops.cast(x.load(k, index), x.dtype, acc))
+    red = Reduction(x.shape, _dims(x, dims), kind, inner, torch.int64, keepdim)
+    red.acc_dtype, red.post = acc, None
+    return g.realize(red)
+
+
+@lowering(aten.argmax.default, aten.argmin.default)
+def argmax(g, node, x, dim=None, keepdim=False):
+    """The first index of the largest (smallest) element, over one dim or all of them."""
+    kind = "argmax" if node.target is aten.argmax.default else "argmin"
+    return _arg_reduction(g, x, dim, keepdim and dim is not None, kind)
+
+
+@lowering(aten.max.dim, aten.min.dim)
+def max_dim(g, node, x, dim, keepdim=False):
+    """(values, indices): the two reductions share a kernel."""
+    big = node.target is aten.max.dim
+    values = reduction(g, node, x, [dim], keepdim, "max" if big else "min", x.dtype)
+    return values, _arg_reduction(g, x, [dim], keepdim, "argmax" if big else "argmin")
+
+
 def _var(g, node, x, dims, correction, keepdim, out_dtype):
     """Two-pass variance: mean first, then the mean of squared deviations (stable, and both
     passes fuse into one row kernel)."""
