@@ -306,6 +306,24 @@ def test_cat_fuses_with_its_inputs_and_users(sources):
     assert all("torch.ops.aten.cat" not in s for s in sources())
 
 
+def test_max_pool2d_values_and_indices(sources):
+    """max_pool2d as masked window loads: padding, strides, dilation, ceil_mode, ties (the
+    first wins), NaN and -inf, with the indices ATen's backward reads; fused with a ReLU."""
+    x = torch.randint(-2, 3, (2, 3, 9, 11)).float()   # ties
+    x[0, 1, 4, 4] = float("nan")
+    x[1, 2] = float("-inf")
+
+    def pool(x, **kw):
+        out = F.max_pool2d(torch.relu(x + 0.5), 3, return_indices=True, **kw)
+        return out[0], out[1]
+    check(lambda x: pool(x, stride=2, padding=1), x)
+    check(lambda x: pool(x, stride=2, ceil_mode=True), x)
+    check(lambda x: pool(x, stride=1, dilation=2, padding=1), x)
+    check(lambda x: F.max_pool2d(x, 2), x[0])                   # 3-D input
+    assert all("aten.max_pool2d" not in s for s in sources())
+    assert kernels(sources()[0]) == 1
+
+
 # ---- fallbacks and fusion around them ----
 
 def test_matmul_falls_back_with_fusion_around(sources):

@@ -368,6 +368,56 @@ def cat(g, node, tensors, dim=0):
     return pw
 
 
+@lowering(aten.max_pool2d_with_indices.default)
+def max_pool2d(g, node, x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    """(values, indices) of the largest element in each window: kernel_size masked loads per
+    output, out-of-bounds positions -inf, the first maximum winning, NaN winning over numbers
+    (as ATen); indices are flat positions in the input plane (h * W + w), what the ATen
+    backward expects."""
+    def pair(v, default=None):
+        v = list(v) if isinstance(v, (list, tuple)) else [v]
+        v = v or default
+        return v * 2 if len(v) == 1 else v
+    kh, kw = pair(kernel_size)
+    sh, sw = pair(stride, [kh, kw])
+    ph, pw = pair(padding)
+    dh, dw = pair(dilation)
+    vals, inds = node.meta.get("val")
+    if len(x.shape) not in (3, 4) or not x.dtype.is_floating_point or not ops.supported_dtype(x.dtype) \
+            or kh * kw > 64:
+        raise Unlowerable("max_pool2d")
+    H, W = x.shape[-2:]
+    acc = ops.compute_dtype(x.dtype)
+
+    def window(k, idx):
+        best = where = None
+        for i in range(kh):
+            for j in range(kw):
+                h = Affine.lift(idx[-2]) * sh + (i * dh - ph)
+                w = Affine.lift(idx[-1]) * sw + (j * dw - pw)
+                hv, wv = k.index_value(h), k.index_value(w)
+                inside = k.emit(f"({hv} >= 0) & ({hv} < {H}) & ({wv} >= 0) & ({wv} < {W})")
+                with k.masked(inside):
+                    v = ops.cast(x.load(k, list(idx[:-2]) + [h, w]), x.dtype, acc)
+                v = k.emit(f"tl.where({inside}, {v}, float(\"-inf\"))")
+                pos = k.emit(f"({hv} * {W} + {wv}).to(tl.int64)")
+                if best is None:
+                    best, where = v, pos
+                    continue
+                take = k.emit(f"({v} > {best}) | (({v} != {v}) & ({best} == {best}))")
+                best = k.emit(f"tl.where({take}, {v}, {best})")
+                where = k.emit(f"tl.where({take}, {pos}, {where})")
+        return best, where
+
+    value = Pointwise(vals.shape, vals.dtype,
+                      lambda k, idx: k.emit(ops.cast(window(k, idx)[0], acc, vals.dtype)), 2 * kh * kw)
+    index = Pointwise(inds.shape, inds.dtype, lambda k, idx: window(k, idx)[1], 2 * kh * kw)
+    value.reads = index.reads = reads_of(x)
+    # both stored now, by one kernel: the indices are mostly kept for the backward, and stored
+    # later they would read every window again
+    return g.realize(value), g.realize(index)
+
+
 @lowering(aten.embedding.default)
 def embedding(g, node, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
     """``out[..., j] = weight[indices[...], j]``: rows picked by an indirect load, so the
