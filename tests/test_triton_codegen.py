@@ -433,7 +433,7 @@ def test_split_reductions_match_eager(monkeypatch, sources, fn, shape):
 
 
 def test_split_reduction_parts(monkeypatch):
-    from pydynamo.backends.triton.lowerings import split_factor
+    from pydynamo.backends.triton.reductions import split_factor
     assert split_factor((2048, 512), [0]) == 32          # 8 programs of 64 columns -> 256
     assert split_factor((8, 256, 512), [0, 1]) == 32     # adjacent reduced dims count as one
     assert split_factor((8, 64, 4096), [0, 2]) == 4      # not adjacent: the outer dim is cut

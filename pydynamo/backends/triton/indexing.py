@@ -1,0 +1,208 @@
+"""Lowerings that read at computed positions: gather, embedding and x[idx] (indirect loads),
+scatter of one index per row (a one-hot), cat and constant padding (masked loads), max-pool
+(masked window loads)."""
+import torch
+
+from . import ops
+from .ir import Affine, Node, Pointwise, Unlowerable
+from .lowerings import aten, lowering, meta, reads_of
+
+# ---- indexing with one index per position along a dim: gather, scatter onto a tensor ----
+
+def _index_tensor(index):
+    if not isinstance(index, Node) or index.dtype not in (torch.int64, torch.int32):
+        raise Unlowerable("index tensor")
+
+
+@lowering(aten.gather.default)
+def gather(g, node, x, dim, index, sparse_grad=False):
+    """``out[i] = x[i with dim -> index[i]]``: an indirect load (the nll_loss pick of each
+    row's target, which then needs no log-probabilities in memory)."""
+    _index_tensor(index)
+    val = meta(node)
+    if not x.shape or not ops.supported_dtype(x.dtype):
+        raise Unlowerable("gather")
+    dim %= len(x.shape)
+
+    def fn(k, idx):
+        at = list(idx)
+        at[dim] = Affine.indirect(index.load(k, idx), x.shape[dim], idx)
+        return x.load(k, at)
+    pw = Pointwise(val.shape, val.dtype, fn, 2 + getattr(x, "cost", 0))
+    pw.reads = reads_of(x) | reads_of(index)
+    return pw
+
+
+@lowering(aten.cat.default)
+def cat(g, node, tensors, dim=0):
+    """Each element from the input whose slice of ``dim`` holds it: loads masked to that slice,
+    so a concatenation fuses with what it reads and what reads it (rotate_half in RoPE)."""
+    val = meta(node)
+    if not all(isinstance(t, Node) for t in tensors) or not ops.supported_dtype(val.dtype) \
+            or any(not ops.supported_dtype(t.dtype) for t in tensors):
+        raise Unlowerable("cat inputs")
+    dim %= len(val.shape)
+    parts = [t for t in tensors if t.numel() > 0]  # a legacy empty 1-D tensor adds nothing
+    if not parts or len(parts) > 8:
+        raise Unlowerable("cat of many")
+    out = ops.compute_dtype(val.dtype)
+
+    def fn(k, idx):
+        pos = k.index_value(idx[dim])
+        result, start = None, 0
+        for t in parts:
+            end = start + t.shape[dim]
+            at = list(idx)
+            at[dim] = Affine.lift(idx[dim]) + (-start)
+            with k.masked(k.emit(f"({pos} >= {start}) & ({pos} < {end})")):
+                v = ops.cast(t.load(k, at), t.dtype, out)
+            result = v if result is None else k.emit(f"tl.where({pos} < {start}, {result}, {v})")
+            start = end
+        return k.emit(ops.cast(result, out, val.dtype))
+    pw = Pointwise(val.shape, val.dtype, fn, 1 + sum(getattr(t, "cost", 0) for t in parts))
+    pw.reads = frozenset().union(*(reads_of(t) for t in parts))
+    return pw
+
+
+@lowering(aten.max_pool2d_with_indices.default)
+def max_pool2d(g, node, x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    """(values, indices) of the largest element in each window: kernel_size masked loads per
+    output, out-of-bounds positions -inf, the first maximum winning, NaN winning over numbers
+    (as ATen); indices are flat positions in the input plane (h * W + w), what the ATen
+    backward expects."""
+    def pair(v, default=None):
+        v = list(v) if isinstance(v, (list, tuple)) else [v]
+        v = v or default
+        return v * 2 if len(v) == 1 else v
+    kh, kw = pair(kernel_size)
+    sh, sw = pair(stride, [kh, kw])
+    ph, pw = pair(padding)
+    dh, dw = pair(dilation)
+    vals, inds = node.meta.get("val")
+    if len(x.shape) not in (3, 4) or not x.dtype.is_floating_point or not ops.supported_dtype(x.dtype) \
+            or kh * kw > 64:
+        raise Unlowerable("max_pool2d")
+    H, W = x.shape[-2:]
+    acc = ops.compute_dtype(x.dtype)
+
+    def window(k, idx):
+        best = where = None
+        for i in range(kh):
+            for j in range(kw):
+                h = Affine.lift(idx[-2]) * sh + (i * dh - ph)
+                w = Affine.lift(idx[-1]) * sw + (j * dw - pw)
+                hv, wv = k.index_value(h), k.index_value(w)
+                inside = k.emit(f"({hv} >= 0) & ({hv} < {H}) & ({wv} >= 0) & ({wv} < {W})")
+                with k.masked(inside):
+                    v = ops.cast(x.load(k, list(idx[:-2]) + [h, w]), x.dtype, acc)
+                v = k.emit(f"tl.where({inside}, {v}, float(\"-inf\"))")
+                pos = k.emit(f"({hv} * {W} + {wv}).to(tl.int64)")
+                if best is None:
+                    best, where = v, pos
+                    continue
+                take = k.emit(f"({v} > {best}) | (({v} != {v}) & ({best} == {best}))")
+                best = k.emit(f"tl.where({take}, {v}, {best})")
+                where = k.emit(f"tl.where({take}, {pos}, {where})")
+        return best, where
+
+    value = Pointwise(vals.shape, vals.dtype,
+                      lambda k, idx: k.emit(ops.cast(window(k, idx)[0], acc, vals.dtype)), 2 * kh * kw)
+    index = Pointwise(inds.shape, inds.dtype, lambda k, idx: window(k, idx)[1], 2 * kh * kw)
+    value.reads = index.reads = reads_of(x)
+    # both stored now, by one kernel: the indices are mostly kept for the backward, and stored
+    # later they would read every window again
+    return g.realize(value), g.realize(index)
+
+
+@lowering(aten.embedding.default)
+def embedding(g, node, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    """``out[..., j] = weight[indices[...], j]``: rows picked by an indirect load, so the
+    embedding sum (tokens + positions) and the LayerNorm after it are one kernel."""
+    _index_tensor(indices)
+    if len(weight.shape) != 2:
+        raise Unlowerable("embedding weight")
+    return _take(node, weight, 0, indices)
+
+
+@lowering(aten.index.Tensor)
+def index(g, node, x, indices):
+    """``x[idx]`` with one integer index tensor (after any number of full slices): an indirect
+    load, negative indices counted from the end as in eager."""
+    tensors = [(d, i) for d, i in enumerate(indices) if i is not None]
+    if len(tensors) != 1 or any(i is not None for i in indices[:tensors[0][0]]):
+        raise Unlowerable("index pattern")
+    dim, idx = tensors[0]
+    _index_tensor(idx)
+    return _take(node, x, dim, idx, wrap=True)
+
+
+def _take(node, x, dim, idx, wrap=False):
+    """``x`` with dim ``dim`` replaced by the dims of ``idx``, read at ``idx``'s values."""
+    val = meta(node)
+    if not ops.supported_dtype(x.dtype) or not x.shape:
+        raise Unlowerable("take")
+    n, k_dims = x.shape[dim], len(idx.shape)
+
+    def fn(k, out):
+        i = idx.load(k, out[dim:dim + k_dims])
+        if wrap:
+            i = k.emit(f"tl.where({i} < 0, {i} + {n}, {i})")
+        at = list(out[:dim]) + [Affine.indirect(i, n, out[dim:dim + k_dims])] + list(out[dim + k_dims:])
+        return x.load(k, at)
+    pw = Pointwise(val.shape, val.dtype, fn, 2 + getattr(x, "cost", 0))
+    pw.reads = reads_of(x) | reads_of(idx)
+    return pw
+
+
+@lowering(aten.scatter.value, aten.scatter.src)
+def scatter(g, node, x, dim, index, src):
+    """One index per position along ``dim`` (index of size 1 there, the input's size elsewhere):
+    each element is ``src`` where its position equals the index, else the input's. The
+    nll_loss backward scatters onto zeros: this is a one-hot computed in the kernel."""
+    _index_tensor(index)
+    val = meta(node)
+    dim %= len(x.shape)
+    if index.shape[dim] != 1 or any(index.shape[d] != s for d, s in enumerate(x.shape) if d != dim):
+        raise Unlowerable("scatter index shape")
+    out = ops.compute_dtype(val.dtype)
+    if not ops.supported_dtype(val.dtype) or (isinstance(src, Node) and not ops.supported_dtype(src.dtype)):
+        raise Unlowerable("dtype")
+
+    def fn(k, idx):
+        at = list(idx)
+        at[dim] = Affine()
+        hit = k.emit(f"({k.index_value(idx[dim])} == {index.load(k, at)})")
+        new = ops.cast(src.load(k, at), src.dtype, out) if isinstance(src, Node) else ops.literal(src, out)
+        old = ops.cast(x.load(k, idx), x.dtype, out)
+        return k.emit(ops.cast(f"tl.where({hit}, {new}, {old})", out, val.dtype))
+    pw = Pointwise(val.shape, val.dtype, fn, 2 + getattr(x, "cost", 0))
+    pw.reads = reads_of(x) | reads_of(index) | (reads_of(src) if isinstance(src, Node) else frozenset())
+    return pw
+
+
+@lowering(aten.constant_pad_nd.default)
+def constant_pad_nd(g, node, a, pad, value=0):
+    """F.pad with a constant: the input where the index falls inside it (a masked load), else
+    ``value``. Negative pads crop."""
+    val = meta(node)
+    if not ops.supported_dtype(val.dtype):
+        raise Unlowerable("dtype")
+    n = len(a.shape)
+    lows = {n - 1 - i // 2: pad[i] for i in range(0, len(pad), 2)}
+    out = ops.compute_dtype(val.dtype)
+
+    def fn(k, index):
+        at, conds = list(index), []
+        for d, lo in lows.items():
+            at[d] = Affine.lift(index[d]) + (-lo)
+            pos = k.index_value(index[d])
+            conds.append(f"({pos} >= {lo}) & ({pos} < {lo + a.shape[d]})")
+        inside = k.emit(" & ".join(conds)) if conds else None
+        if inside is None:
+            return k.emit(ops.cast(a.load(k, at), a.dtype, val.dtype))
+        with k.masked(inside):
+            v = ops.cast(a.load(k, at), a.dtype, out)
+        return k.emit(ops.cast(f"tl.where({inside}, {v}, {ops.literal(value, out)})", out, val.dtype))
+    pw = Pointwise(val.shape, val.dtype, fn, 2 + getattr(a, "cost", 0))
+    pw.reads = reads_of(a)
+    return pw

@@ -1,0 +1,259 @@
+"""Reductions: sum, mean, amax/amin, var, arg reductions and the cumsum scan; the split of
+reductions with few outputs over many rows; softmax's one-pass denominator."""
+import math
+import os
+
+import torch
+
+from . import ops
+from .ir import Affine, Node, Pointwise, Reduction, Scan, Unlowerable, View
+from .lowerings import aten, broadcast_index, lowering, meta, reads_of
+
+# ---- reductions ----
+
+def _dims(x, dims):
+    n = len(x.shape)
+    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+        return list(range(n))
+    dims = [dims] if isinstance(dims, int) else dims
+    return sorted({d % n for d in dims}) if n else []
+
+
+def reduction(g, node, x, dims, keepdim, kind, out_dtype, post=None, pre=None):
+    """Realized buffer of reducing ``pre(x)`` over ``dims``; ``post(text, n)`` finishes each
+    result before its store (mean's division) so half-precision outputs round only once."""
+    if not ops.supported_dtype(x.dtype) or not ops.supported_dtype(out_dtype):
+        raise Unlowerable("dtype")
+    if math.prod(x.shape) == 0:  # reducing nothing (ATen gives the identity, or NaN for a mean)
+        raise Unlowerable("empty reduction")
+    acc = torch.int64 if kind == "sum" and not out_dtype.is_floating_point else ops.compute_dtype(
+        out_dtype if kind == "sum" else x.dtype)
+
+    def inner(k, index):
+        v = ops.cast(x.load(k, index), x.dtype, acc)
+        return k.emit(pre(v) if pre else v)
+    dims = _dims(x, dims)
+    parts = split_factor(x.shape, dims)
+    if parts > 1:
+        return _split_reduction(g, tuple(x.shape), dims, keepdim, kind, out_dtype, acc, inner, post, parts)
+    red = Reduction(x.shape, dims, kind, inner, out_dtype, keepdim)
+    red.acc_dtype, red.post = acc, post
+    return g.realize(red)
+
+
+# Split reductions: a reduction with few outputs over many rows - a bias gradient, [2048, 512]
+# summed over dim 0 - would run as a handful of programs, each walking every row. Split, the
+# first kernel reduces `parts` slices of the rows in parallel into partials, the second reduces
+# the partials. PYDYNAMO_TRITON_SPLIT_REDUCTIONS=0 turns it off.
+SPLIT_MIN_PROGRAMS = 128     # a reduction with this many programs already is not split
+SPLIT_TARGET_PROGRAMS = 256  # split until about this many (two per SM on an H100)
+SPLIT_MAX_PARTS = 128
+
+
+def _split_block(dims):
+    """The reduced dims a split cuts: all of them when adjacent (taken as one), else the
+    outermost (the batch of a batch norm over N, H, W)."""
+    dims = list(dims)
+    return dims if dims == list(range(dims[0], dims[-1] + 1)) else dims[:1]
+
+
+def split_factor(shape, dims):
+    """How many slices to cut the reduced dims (see _split_block) into; 1: no split."""
+    if os.environ.get("PYDYNAMO_TRITON_SPLIT_REDUCTIONS", "1") == "0" or not dims:
+        return 1
+    rnumel = math.prod(shape[d] for d in dims)
+    block = math.prod(shape[d] for d in _split_block(dims))
+    xnumel = math.prod(shape) // max(1, rnumel)
+    big = [d for d, s in enumerate(shape) if s > 1]
+    if big and big[-1] in dims:   # rows along memory: a program per row, looping over it
+        programs, min_rows, min_rnumel = xnumel, 2048, 16384
+    else:                         # columns: 64 of them per program (kernel.COLUMN_XBLOCK)
+        programs, min_rows, min_rnumel = -(-xnumel // 64), 32, 256
+    if programs >= SPLIT_MIN_PROGRAMS or rnumel < min_rnumel:
+        return 1
+    parts = 1
+    while parts * 2 <= SPLIT_MAX_PARTS and programs * parts < SPLIT_TARGET_PROGRAMS \
+            and block % (parts * 2) == 0 and rnumel // (parts * 2) >= min_rows:
+        parts *= 2
+    return parts
+
+
+def _unflatten(flat, sizes):
+    """Indices into dims of ``sizes`` from a row-major flat index over them."""
+    out, inner = [], math.prod(sizes)
+    for i, s in enumerate(sizes):
+        inner //= s
+        q = flat.floordiv(inner)
+        out.append(q if i == 0 else q.mod(s))
+    return out
+
+
+def _split_reduction(g, shape, dims, keepdim, kind, out_dtype, acc, inner, post, parts):
+    """Reduce ``dims`` of ``shape`` in two stages (see split_factor): the block of dims that is
+    cut becomes (parts, rows); stage 1 reduces the rows and any other reduced dims into
+    partials, stage 2 reduces the parts."""
+    block = _split_block(dims)
+    b0, bk = block[0], block[-1]
+    rest = [d for d in dims if d not in block]   # all after the block
+    total = math.prod(shape[d] for d in dims)
+    rows = math.prod(shape[d] for d in block) // parts
+    shape1 = shape[:b0] + (parts, rows) + shape[bk + 1:]
+    shift = 1 - (len(block) - 1)                 # where a dim after the block lands in shape1
+
+    def inner1(k, index):
+        flat = Affine.lift(index[b0]) * rows + index[b0 + 1]
+        return inner(k, list(index[:b0]) + _unflatten(flat, shape[b0:bk + 1]) + list(index[b0 + 2:]))
+    red1 = Reduction(shape1, [b0 + 1] + [d + shift for d in rest], kind, inner1, acc, True)
+    red1.acc_dtype, red1.post = acc, None
+    partial = g.realize(red1)  # shape1 with the rows and the rest reduced to 1s
+    # stage 2: reduce the parts, laid out as the output (keepdim's 1s where dims were reduced)
+    tail = [d for d in range(bk + 1, len(shape)) if keepdim or d not in rest]
+    ones = (1,) * (len(block) - 1) if keepdim else ()
+    shape2 = shape[:b0] + (parts,) + ones + tuple(1 if d in rest else shape[d] for d in tail)
+
+    def inner2(k, index):
+        after = iter(index[b0 + 1 + len(ones):])  # shape2's entries after the parts
+        at = list(index[:b0 + 1]) + [Affine()]     # the partial: ..., parts, 1 (the rows)
+        for d in range(bk + 1, len(shape)):
+            if d in rest:                          # reduced in stage 1: a 1 in the partial
+                if keepdim:
+                    next(after)                    # and a 1 in shape2
+                at.append(Affine())
+            else:
+                at.append(next(after))
+        return partial.load(k, at)
+    red2 = Reduction(shape2, [b0], kind, inner2, out_dtype, keepdim)
+    red2.acc_dtype = acc
+    red2.post = None if post is None else (lambda v, _n: post(v, total))
+    return g.realize(red2)
+
+
+@lowering(aten.cumsum.default)
+def cumsum(g, node, x, dim, dtype=None):
+    """A scan along ``dim`` (kernel.py), accumulated in float32 or int64 like eager."""
+    val = meta(node)
+    if not x.shape or math.prod(x.shape) == 0 or not ops.supported_dtype(x.dtype) \
+            or not ops.supported_dtype(val.dtype):
+        raise Unlowerable("cumsum")
+    acc = ops.compute_dtype(val.dtype) if val.dtype.is_floating_point else torch.int64
+
+    def inner(k, index):
+        return k.emit(ops.cast(x.load(k, index), x.dtype, acc))
+    scan = Scan(x.shape, dim % len(x.shape), "sum", inner, val.dtype)
+    scan.acc_dtype, scan.post = acc, None
+    return g.realize(scan)
+
+
+@lowering(aten.sum.dim_IntList, aten.sum.default)
+def sum_(g, node, x, dims=None, keepdim=False, dtype=None):
+    v = _softmax_input(g, node, x, dims)
+    if v is not None:
+        return _sumexp(g, node, v, dims, keepdim)
+    return reduction(g, node, x, dims, keepdim, "sum", meta(node).dtype)
+
+
+def _softmax_input(g, node, x, dims):
+    """``v`` when this sum is softmax's denominator ``sum(exp(v - amax(v, dims, keepdim)), dims)``
+    over rows too long for registers (a vocabulary's logits), else None."""
+    ex = node.args[0]
+    sub = ex.args[0] if getattr(ex, "target", None) is aten.exp.default else None
+    if getattr(sub, "target", None) is not aten.sub.Tensor or len(sub.args) != 2 or sub.kwargs:
+        return None
+    vn, mx = sub.args
+    if getattr(mx, "target", None) is not aten.amax.default or mx.args[0] is not vn \
+            or len(mx.args) < 3 or not mx.args[2] or not isinstance(vn, torch.fx.Node):
+        return None
+    v = g.lookup(vn)
+    dims = _dims(v, dims)
+    if not isinstance(v, Node) or _dims(v, mx.args[1]) != dims or not v.dtype.is_floating_point \
+            or meta(node).dtype != v.dtype or split_factor(v.shape, dims) != 1:
+        return None
+    rnumel = math.prod(v.shape[d] for d in dims)
+    from .scheduler import PERSISTENT_MAX, triton_next_pow2
+    return v if triton_next_pow2(rnumel) > PERSISTENT_MAX else None
+
+
+def _sumexp(g, node, v, dims, keepdim):
+    """sum(exp(v - max(v))) in one pass over each row: a running max and a sum rescaled whenever
+    the max grows (kernel.py, kind "sumexp"), instead of one pass for the max and one for the sum."""
+    acc = ops.compute_dtype(v.dtype)
+
+    def inner(k, index):
+        return ops.cast(v.load(k, index), v.dtype, acc)
+    red = Reduction(v.shape, _dims(v, dims), "sumexp", inner, meta(node).dtype, keepdim)
+    red.acc_dtype, red.post = acc, None
+    return g.realize(red)
+
+
+@lowering(aten.mean.dim, aten.mean.default)
+def mean(g, node, x, dims=None, keepdim=False, dtype=None):
+    return reduction(g, node, x, dims, keepdim, "sum", meta(node).dtype, post=lambda v, n: f"{v} / {float(n)}")
+
+
+@lowering(aten.amax.default, aten.amin.default)
+def amax(g, node, x, dims=(), keepdim=False):
+    kind = "max" if node.target is aten.amax.default else "min"
+    return reduction(g, node, x, dims, keepdim, kind, meta(node).dtype)
+
+
+def _arg_reduction(g, x, dims, keepdim, kind):
+    if not x.shape or math.prod(x.shape) == 0 or not ops.supported_dtype(x.dtype) or x.dtype == torch.bool:
+        raise Unlowerable("arg reduction")
+    acc = ops.compute_dtype(x.dtype)
+
+    def inner(k, index):
+        return k.emit(ops.cast(x.load(k, index), x.dtype, acc))
+    red = Reduction(x.shape, _dims(x, dims), kind, inner, torch.int64, keepdim)
+    red.acc_dtype, red.post = acc, None
+    return g.realize(red)
+
+
+@lowering(aten.argmax.default, aten.argmin.default)
+def argmax(g, node, x, dim=None, keepdim=False):
+    """The first index of the largest (smallest) element, over one dim or all of them."""
+    kind = "argmax" if node.target is aten.argmax.default else "argmin"
+    return _arg_reduction(g, x, dim, keepdim and dim is not None, kind)
+
+
+@lowering(aten.max.dim, aten.min.dim)
+def max_dim(g, node, x, dim, keepdim=False):
+    """(values, indices): the two reductions share a kernel."""
+    big = node.target is aten.max.dim
+    values = reduction(g, node, x, [dim], keepdim, "max" if big else "min", x.dtype)
+    return values, _arg_reduction(g, x, [dim], keepdim, "argmax" if big else "argmin")
+
+
+def _var(g, node, x, dims, correction, keepdim, out_dtype):
+    """Two-pass variance: mean first, then the mean of squared deviations (stable, and both
+    passes fuse into one row kernel)."""
+    dims = _dims(x, dims)
+    n = math.prod(x.shape[d] for d in dims)
+    corr = 1 if correction is None else correction
+    m = reduction(g, node, x, dims, True, "sum", out_dtype, post=lambda v, n: f"{v} / {float(n)}")
+    def fn(k, index):
+        v = ops.cast(x.load(k, index), x.dtype, torch.float32)
+        mu = ops.cast(m.load(k, broadcast_index(index, x.shape, m.shape)), m.dtype, torch.float32)
+        return k.emit(f"({v} - {mu}) * ({v} - {mu})")
+    dev = Pointwise(x.shape, torch.float32, fn)
+    dev.reads = reads_of(x) | reads_of(m)
+    scale = 1.0 / max(n - corr, 0) if n - corr > 0 else float("nan")
+    var = reduction(g, node, dev, dims, keepdim, "sum", out_dtype,
+                    post=lambda v, _n: f"{v} * {ops.literal(scale)}")
+    if keepdim:
+        return var, m
+    return var, View(m, var.shape, lambda index: _insert_zeros(index, dims, len(x.shape)), (aten.squeeze.dims, [dims], {}))
+
+
+def _insert_zeros(index, dims, n):
+    it = iter(index)
+    return [Affine() if d in dims else next(it) for d in range(n)]
+
+
+@lowering(aten.var.correction, aten.var_mean.correction)
+def var(g, node, x, dims=None, *, correction=None, keepdim=False):
+    out = node.meta["val"]
+    dtype = (out[0] if isinstance(out, (tuple, list)) else out).dtype
+    if not dtype.is_floating_point:
+        raise Unlowerable("integer var")
+    v, m = _var(g, node, x, dims, correction, keepdim, dtype)
+    return (v, m) if node.target is aten.var_mean.correction else v
