@@ -288,15 +288,17 @@ def count(scale):
 
     from pydynamo.backends.triton import _tuple_output, generate_source
     from pydynamo.backends.triton.decomps import decomposition_table
-    print("| workload | graph | launches | distinct kernels | ATen calls | views |")
-    print("|---|---|---|---|---|---|")
+    print("| workload | graph | launches | distinct kernels | ATen calls | views | kernel MB moved |")
+    print("|---|---|---|---|---|---|---|")
     for wname, fn, inputs, _, training in workloads(torch.device("cpu"), scale):
         rows = []
 
         def compiler(gm, example_inputs):
             src = generate_source(gm)
             body = src[src.index("    def call(args):"):]
-            rows.append((len(re.findall(r"^        launch_\d+\(", body, re.M)), src.count("\ndef triton_"),
+            moved = sum(float(a) + float(b) for a, b in re.findall(r"^# (?:computes|and again) .*\(reads ([\d.e+-]+) MB, "
+                                                                   r"writes ([\d.e+-]+) MB\)$", src, re.M))
+            rows.append((len(re.findall(r"^        launch_\d+\(", body, re.M)), src.count("\ndef triton_"), moved,
                          len(re.findall(r"^        \w+ = torch\.", body, re.M)),
                          len(re.findall(r"^        view\d+ = ", body, re.M))))
             return gm
@@ -307,8 +309,8 @@ def count(scale):
                                          partition_fn=min_cut_rematerialization_partition)
         if training:
             compiled(*inputs)[0].backward()
-        for graph, (k, d, a, v) in zip(("forward", "backward"), rows):
-            print(f"| {wname} | {graph} | {k} | {d} | {a} | {v} |", flush=True)
+        for graph, (k, d, mb, a, v) in zip(("forward", "backward"), rows):
+            print(f"| {wname} | {graph} | {k} | {d} | {a} | {v} | {mb:.0f} |", flush=True)
 
 
 def main():
