@@ -529,6 +529,25 @@ def test_launchers_built_ahead_are_the_ones_triton_loads(sources, monkeypatch):
     assert len(shapes) >= 2
 
 
+def test_graph_inputs_named_like_the_wrappers_own_names():
+    """AOTAutograd names backward inputs after forward nodes: one called empty_strided, buf0
+    or stream must not shadow what the generated module defines."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from pydynamo.backends.triton import compile_aten_graph
+
+    def fn(a, b, c, d):
+        return torch.softmax(a * b, -1) + c.sum() - d
+    xs = [r(4, 8), r(4, 8), r(3), r(4, 8)]
+    gm = make_fx(fn)(*xs)
+    for node, name in zip([n for n in gm.graph.nodes if n.op == "placeholder"],
+                          ["empty_strided", "buf0", "stream", "launch_0"]):
+        node.name = name
+    gm.recompile()
+    got = compile_aten_graph(gm, xs)(list(xs))
+    torch.testing.assert_close(got[0], fn(*xs))
+
+
 def test_unknown_ops_fall_back():
     idx = torch.tensor([2, 0, 1])
     check(lambda x: (torch.cumsum(x, 1) * 2, torch.sort(x, 1)[0] + 1, x[idx] - 1,

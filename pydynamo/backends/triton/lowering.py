@@ -7,6 +7,7 @@ when something needs memory: a reduction, an ATen fallback, a graph output, or a
 value so widely used that recomputing it would cost more reads than storing it.
 """
 import operator
+import re
 
 import torch
 from torch.fx.node import map_arg
@@ -63,6 +64,19 @@ def _origins(node, args):
     out = {name}
     map_aggregate(args, lambda a: out.update(getattr(a, "origins", ())) if isinstance(a, (Pointwise, View)) else None)
     return frozenset(out)
+
+
+# names the generated module defines or imports, and the patterns of the ones it makes up: a
+# graph input named like one (a saved tensor called "empty_strided", a placeholder "buf0") is
+# renamed, or it would shadow it
+_WRAPPER_NAMES = {"torch", "triton", "tl", "libdevice", "empty_strided", "Launch", "launch_stream",
+                  "precompile", "restride", "aten", "prims", "DEVICE", "make", "call", "args", "stream",
+                  "fallback", "constants", "sum_op", "max_op", "min_op", "max_nan", "min_nan"}
+_MADE_UP = re.compile(r"(buf|view|const|launch_|in_)\d+(_\d+)?$|triton_")
+
+
+def _input_name(name):
+    return f"in_{name}" if name in _WRAPPER_NAMES or _MADE_UP.match(name) else name
 
 
 def map_aggregate(a, fn):
@@ -130,7 +144,7 @@ class GraphLowering:
             self.device = val.device
         elif val.device != self.device:
             raise NotImplementedError("inputs on several devices")
-        return InputBuffer(name, val.shape, val.stride(), val.dtype, val.device)
+        return InputBuffer(_input_name(name), val.shape, val.stride(), val.dtype, val.device)
 
     def lookup(self, n):
         v = self.env[n]
