@@ -324,6 +324,19 @@ def test_max_pool2d_values_and_indices(sources):
     assert kernels(sources()[0]) == 1
 
 
+def test_avg_pool2d_divisors(sources):
+    """avg_pool2d's divisor in every mode: padding counted or not, ceil_mode windows that run
+    past the padded input, divisor_override; fused with what it reads."""
+    x = r(2, 3, 9, 11)
+    for kw in [dict(stride=2, padding=1), dict(stride=2, padding=1, count_include_pad=False),
+               dict(stride=2, ceil_mode=True), dict(stride=2, padding=1, ceil_mode=True, count_include_pad=False),
+               dict(stride=1, padding=1, divisor_override=5)]:
+        check(lambda x: F.avg_pool2d(torch.relu(x) * 2, 3, **kw), x, atol=1e-5, rtol=1e-5)
+    check(lambda x: F.avg_pool2d(x, 2), x[0])
+    assert all("aten.avg_pool2d" not in s for s in sources())
+    assert kernels(sources()[0]) == 1
+
+
 # ---- fallbacks and fusion around them ----
 
 def test_matmul_falls_back_with_fusion_around(sources):

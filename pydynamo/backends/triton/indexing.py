@@ -64,20 +64,66 @@ def cat(g, node, tensors, dim=0):
     return pw
 
 
+def _pair(v, default=None):
+    """A pooling argument as [height, width] (an int, a 1- or 2-list, or empty for default)."""
+    v = list(v) if isinstance(v, (list, tuple)) else [v]
+    v = v or default
+    return v * 2 if len(v) == 1 else v
+
+
+@lowering(aten.avg_pool2d.default)
+def avg_pool2d(g, node, x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
+               divisor_override=None):
+    """The window's in-bounds sum (masked loads) over ATen's divisor: the window clipped to the
+    padded input (count_include_pad), or to the input itself, or divisor_override."""
+    kh, kw = _pair(kernel_size)
+    sh, sw = _pair(stride, [kh, kw])
+    ph, pw = _pair(padding)
+    val = meta(node)
+    if len(x.shape) not in (3, 4) or not x.dtype.is_floating_point or not ops.supported_dtype(x.dtype) \
+            or kh * kw > 64:
+        raise Unlowerable("avg_pool2d")
+    H, W = x.shape[-2:]
+    acc = ops.compute_dtype(x.dtype)
+
+    def fn(k, idx):
+        total = None
+        for i in range(kh):
+            for j in range(kw):
+                h = Affine.lift(idx[-2]) * sh + (i - ph)
+                w = Affine.lift(idx[-1]) * sw + (j - pw)
+                hv, wv = k.index_value(h), k.index_value(w)
+                inside = k.emit(f"({hv} >= 0) & ({hv} < {H}) & ({wv} >= 0) & ({wv} < {W})")
+                with k.masked(inside):
+                    v = ops.cast(x.load(k, list(idx[:-2]) + [h, w]), x.dtype, acc)
+                v = k.emit(f"tl.where({inside}, {v}, 0.0)")
+                total = v if total is None else k.emit(f"({total} + {v})")
+        if divisor_override:
+            div = str(float(divisor_override))
+        else:
+            hs, ws = (k.index_value(Affine.lift(idx[-2]) * sh + (-ph)),
+                      k.index_value(Affine.lift(idx[-1]) * sw + (-pw)))
+            he, we = f"tl.minimum({hs} + {kh}, {H + ph})", f"tl.minimum({ws} + {kw}, {W + pw})"
+            if not count_include_pad:
+                hs, ws = f"tl.maximum({hs}, 0)", f"tl.maximum({ws}, 0)"
+                he, we = f"tl.minimum({he}, {H})", f"tl.minimum({we}, {W})"
+            div = k.emit(f"(({he} - {hs}) * ({we} - {ws})).to({ops.TL_DTYPE[acc]})")
+        return k.emit(ops.cast(f"({total} / {div})", acc, val.dtype))
+    pw_ = Pointwise(val.shape, val.dtype, fn, 2 * kh * kw)
+    pw_.reads = reads_of(x)
+    return pw_
+
+
 @lowering(aten.max_pool2d_with_indices.default)
 def max_pool2d(g, node, x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
     """(values, indices) of the largest element in each window: kernel_size masked loads per
     output, out-of-bounds positions -inf, the first maximum winning, NaN winning over numbers
     (as ATen); indices are flat positions in the input plane (h * W + w), what the ATen
     backward expects."""
-    def pair(v, default=None):
-        v = list(v) if isinstance(v, (list, tuple)) else [v]
-        v = v or default
-        return v * 2 if len(v) == 1 else v
-    kh, kw = pair(kernel_size)
-    sh, sw = pair(stride, [kh, kw])
-    ph, pw = pair(padding)
-    dh, dw = pair(dilation)
+    kh, kw = _pair(kernel_size)
+    sh, sw = _pair(stride, [kh, kw])
+    ph, pw = _pair(padding)
+    dh, dw = _pair(dilation)
     vals, inds = node.meta.get("val")
     if len(x.shape) not in (3, 4) or not x.dtype.is_floating_point or not ops.supported_dtype(x.dtype) \
             or kh * kw > 64:
