@@ -64,6 +64,26 @@ def cat(g, node, tensors, dim=0):
     return pw
 
 
+def _pool_input(x, kh, kw, what):
+    if len(x.shape) not in (3, 4) or not x.dtype.is_floating_point or not ops.supported_dtype(x.dtype) \
+            or kh * kw > 64:
+        raise Unlowerable(what)
+
+
+def _window(k, x, idx, step, offset, fill):
+    """The elements of ``x``'s plane under one window position, for output position ``idx``:
+    ``step`` (sh, sw) and ``offset`` (h, w) place it; outside the input the value is ``fill``.
+    Returns (value, h index value, w index value)."""
+    H, W = x.shape[-2:]
+    h = Affine.lift(idx[-2]) * step[0] + offset[0]
+    w = Affine.lift(idx[-1]) * step[1] + offset[1]
+    hv, wv = k.index_value(h), k.index_value(w)
+    inside = k.emit(f"({hv} >= 0) & ({hv} < {H}) & ({wv} >= 0) & ({wv} < {W})")
+    with k.masked(inside):
+        v = ops.cast(x.load(k, list(idx[:-2]) + [h, w]), x.dtype, ops.compute_dtype(x.dtype))
+    return k.emit(f"tl.where({inside}, {v}, {fill})"), hv, wv
+
+
 def _pair(v, default=None):
     """A pooling argument as [height, width] (an int, a 1- or 2-list, or empty for default)."""
     v = list(v) if isinstance(v, (list, tuple)) else [v]
@@ -80,9 +100,7 @@ def avg_pool2d(g, node, x, kernel_size, stride=(), padding=0, ceil_mode=False, c
     sh, sw = _pair(stride, [kh, kw])
     ph, pw = _pair(padding)
     val = meta(node)
-    if len(x.shape) not in (3, 4) or not x.dtype.is_floating_point or not ops.supported_dtype(x.dtype) \
-            or kh * kw > 64:
-        raise Unlowerable("avg_pool2d")
+    _pool_input(x, kh, kw, "avg_pool2d")
     H, W = x.shape[-2:]
     acc = ops.compute_dtype(x.dtype)
 
@@ -90,13 +108,7 @@ def avg_pool2d(g, node, x, kernel_size, stride=(), padding=0, ceil_mode=False, c
         total = None
         for i in range(kh):
             for j in range(kw):
-                h = Affine.lift(idx[-2]) * sh + (i - ph)
-                w = Affine.lift(idx[-1]) * sw + (j - pw)
-                hv, wv = k.index_value(h), k.index_value(w)
-                inside = k.emit(f"({hv} >= 0) & ({hv} < {H}) & ({wv} >= 0) & ({wv} < {W})")
-                with k.masked(inside):
-                    v = ops.cast(x.load(k, list(idx[:-2]) + [h, w]), x.dtype, acc)
-                v = k.emit(f"tl.where({inside}, {v}, 0.0)")
+                v, _, _ = _window(k, x, idx, (sh, sw), (i - ph, j - pw), "0.0")
                 total = v if total is None else k.emit(f"({total} + {v})")
         if divisor_override:
             div = str(float(divisor_override))
@@ -125,9 +137,7 @@ def max_pool2d(g, node, x, kernel_size, stride=(), padding=0, dilation=1, ceil_m
     ph, pw = _pair(padding)
     dh, dw = _pair(dilation)
     vals, inds = node.meta.get("val")
-    if len(x.shape) not in (3, 4) or not x.dtype.is_floating_point or not ops.supported_dtype(x.dtype) \
-            or kh * kw > 64:
-        raise Unlowerable("max_pool2d")
+    _pool_input(x, kh, kw, "max_pool2d")
     H, W = x.shape[-2:]
     acc = ops.compute_dtype(x.dtype)
 
@@ -135,13 +145,7 @@ def max_pool2d(g, node, x, kernel_size, stride=(), padding=0, dilation=1, ceil_m
         best = where = None
         for i in range(kh):
             for j in range(kw):
-                h = Affine.lift(idx[-2]) * sh + (i * dh - ph)
-                w = Affine.lift(idx[-1]) * sw + (j * dw - pw)
-                hv, wv = k.index_value(h), k.index_value(w)
-                inside = k.emit(f"({hv} >= 0) & ({hv} < {H}) & ({wv} >= 0) & ({wv} < {W})")
-                with k.masked(inside):
-                    v = ops.cast(x.load(k, list(idx[:-2]) + [h, w]), x.dtype, acc)
-                v = k.emit(f"tl.where({inside}, {v}, float(\"-inf\"))")
+                v, hv, wv = _window(k, x, idx, (sh, sw), (i * dh - ph, j * dw - pw), 'float("-inf")')
                 pos = k.emit(f"({hv} * {W} + {wv}).to(tl.int64)")
                 if best is None:
                     best, where = v, pos
