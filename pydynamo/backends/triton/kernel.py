@@ -18,6 +18,7 @@ from .scheduler import triton_next_pow2
 
 LOOP_RBLOCK = 2048        # row elements per iteration of a looped row kernel (inner rows)
 POINTWISE_XBLOCK = 1024
+NO_INDEX = 2**62                       # an arg reduction's "no index yet"
 COLUMN_XBLOCK, COLUMN_RBLOCK = 64, 8   # looped column kernels: 64 columns, 8 rows per iteration
 
 
@@ -273,24 +274,24 @@ class KernelCodegen:
             best = self.emit(f"tl.reduce({vals}, 1, {pick}_{'nan' if nan else 'op'})[:, None]")
             hit = f"({vals} == {best})" + (f" | (({best} != {best}) & ({vals} != {vals}))" if nan else "")
             hit = self.emit(f"xmask & rmask & ({hit})")
-            result = self.emit(f"tl.reduce(tl.where({hit}, {pos}, {2**62}), 1, min_op)[:, None]")
+            result = self.emit(f"tl.reduce(tl.where({hit}, {pos}, {NO_INDEX}), 1, min_op)[:, None]")
         else:
             accv, acci = f"acc{self.count}", f"acc{self.count + 1}"
             self.count += 2
             tl_acc = ops.TL_DTYPE[red.acc_dtype]
             self.sections.setdefault(("pre", p.phase), []).extend([
                 f"{accv} = tl.full([XBLOCK, RBLOCK], {worst}, {tl_acc})",
-                f"{acci} = tl.full([XBLOCK, RBLOCK], {2**62}, tl.int64)"])
+                f"{acci} = tl.full([XBLOCK, RBLOCK], {NO_INDEX}, tl.int64)"])
             better = f"({value} {cmp} {accv})" + (f" | (({value} != {value}) & ({accv} == {accv}))" if nan else "")
             take = f"{accv}_take"
             self.sections.setdefault(("loop", p.phase), []).extend([
-                f"{take} = xmask & rmask & (({better}) | ({acci} == {2**62}))",
+                f"{take} = xmask & rmask & (({better}) | ({acci} == {NO_INDEX}))",
                 f"{accv} = tl.where({take}, {value}, {accv})",
                 f"{acci} = tl.where({take}, {pos}, {acci})"])
             self.section = ("post", p.phase)
             best = self.emit(f"tl.reduce({accv}, 1, {pick}_{'nan' if nan else 'op'})[:, None]")
             hit = f"({accv} == {best})" + (f" | (({best} != {best}) & ({accv} != {accv}))" if nan else "")
-            result = self.emit(f"tl.reduce(tl.where({hit}, {acci}, {2**62}), 1, min_op)[:, None]")
+            result = self.emit(f"tl.reduce(tl.where({hit}, {acci}, {NO_INDEX}), 1, min_op)[:, None]")
         self.produced[p.buf.name] = result
         self._store(p, result)
 

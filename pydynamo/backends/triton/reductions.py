@@ -8,6 +8,8 @@ import torch
 from . import ops
 from .ir import Affine, Node, Pointwise, Reduction, Scan, Unlowerable, View
 from .lowerings import aten, broadcast_index, lowering, meta, reads_of
+from . import scheduler
+from .scheduler import Space, triton_next_pow2
 
 # ---- reductions ----
 
@@ -64,8 +66,7 @@ def split_factor(shape, dims):
     rnumel = math.prod(shape[d] for d in dims)
     block = math.prod(shape[d] for d in _split_block(dims))
     xnumel = math.prod(shape) // max(1, rnumel)
-    big = [d for d, s in enumerate(shape) if s > 1]
-    if big and big[-1] in dims:   # rows along memory: a program per row, looping over it
+    if Space(shape, dims).inner:  # rows along memory: a program per row, looping over it
         programs, min_rows, min_rnumel = xnumel, 2048, 16384
     else:                         # columns: 64 of them per program (kernel.COLUMN_XBLOCK)
         programs, min_rows, min_rnumel = -(-xnumel // 64), 32, 256
@@ -169,8 +170,7 @@ def _softmax_input(g, node, x, dims):
             or meta(node).dtype != v.dtype or split_factor(v.shape, dims) != 1:
         return None
     rnumel = math.prod(v.shape[d] for d in dims)
-    from .scheduler import PERSISTENT_MAX, triton_next_pow2
-    return v if triton_next_pow2(rnumel) > PERSISTENT_MAX else None
+    return v if triton_next_pow2(rnumel) > scheduler.PERSISTENT_MAX else None
 
 
 def _sumexp(g, node, v, dims, keepdim):
