@@ -96,10 +96,15 @@ def test_kernels_compile_in_parallel_before_the_first_launch(monkeypatch):
     assert all(compiles), compiles  # whatever was compiled was compiled ahead, by warmup
 
 
-def test_launchers_are_built_ahead_in_worker_threads(monkeypatch, tmp_path):
-    """Triton's C launchers (a gcc build per argument-list shape) are built by precompile's
-    threads, beside the kernels' compiles, and not by each kernel's first launch."""
+@pytest.mark.parametrize("static", ["1", "0"])
+def test_launchers_are_built_ahead_in_worker_threads_or_not_at_all(monkeypatch, tmp_path, static):
+    """With torch's static launcher, no C launcher is built at all; without it, Triton's C
+    launchers (a gcc build per argument-list shape) are built by precompile's threads, beside the
+    kernels' compiles, and not by each kernel's first launch."""
     import threading
+
+    from pydynamo.backends.triton.runtime import static_launcher
+    monkeypatch.setenv("PYDYNAMO_TRITON_STATIC_LAUNCH", static)
 
     import triton.runtime.build as build
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))  # nothing built yet
@@ -121,4 +126,9 @@ def test_launchers_are_built_ahead_in_worker_threads(monkeypatch, tmp_path):
     x, y = torch.randn(64, 80, device="cuda"), torch.randn(80, 80, device="cuda")
     torch.testing.assert_close(opt(x, y), g(x, y))
     launchers = [in_main for name, in_main in builds if name == "__triton_launcher"]
-    assert launchers and not any(launchers), builds
+    if static_launcher():
+        assert not launchers, builds
+    else:
+        assert launchers and not any(launchers), builds
+    x, y = torch.randn(64, 80, device="cuda"), torch.randn(80, 80, device="cuda")
+    torch.testing.assert_close(opt(x, y), g(x, y))  # later calls too

@@ -19,7 +19,8 @@ from .scheduler import triton_next_pow2
 LOOP_RBLOCK = 2048        # row elements per iteration of a looped row kernel (inner rows)
 POINTWISE_XBLOCK = 1024
 NO_INDEX = 2**62                       # an arg reduction's "no index yet"
-COLUMN_XBLOCK, COLUMN_RBLOCK = 64, 8   # looped column kernels: 64 columns, 8 rows per iteration
+COLUMN_XBLOCK, COLUMN_RBLOCK = 64, 64   # looped column kernels: 64 columns, 64 rows per iteration
+MIN_PROGRAMS = 128  # persistent kernels hold fewer rows per program rather than run fewer programs
 
 
 def merge_plan(dims, affines, blocked):
@@ -397,6 +398,9 @@ class KernelCodegen:
         if self.persistent:
             rblock = r2
             xblock = max(1, min(x2, 4096 // rblock))
+            least = 16 if self.space.inner else 32  # columns: a 128-byte line of float32 per load
+            while xblock > least and -(-self.space.xnumel // xblock) < MIN_PROGRAMS:
+                xblock //= 2
         elif self.space.inner:
             rblock, xblock = LOOP_RBLOCK, 1
         else:

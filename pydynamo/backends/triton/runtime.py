@@ -72,12 +72,31 @@ def restride(t, size, stride):
     return out.copy_(t)
 
 
+def index_put_accumulate(base, indices, values, in_place):
+    """``index_put(base, indices, values, accumulate=True)`` (``index_put_`` when ``in_place``).
+    Where it indexes dim 0 with one integer tensor (an embedding's gradient), through
+    ``index_add_``: atomic adds, where ATen's index_put sorts the indices (long on the host, and
+    on the GPU). Negative indices count from the end, as index_put's do; out-of-range ones still
+    fail in ATen."""
+    idx = indices[0] if len(indices) == 1 else None
+    if idx is None or idx.dtype not in (torch.int64, torch.int32) or base.dim() == 0 \
+            or values.dtype != base.dtype or values.shape != idx.shape + base.shape[1:] \
+            or torch.are_deterministic_algorithms_enabled():
+        op = torch.ops.aten.index_put_ if in_place else torch.ops.aten.index_put
+        return op(base, indices, values, True)
+    flat = idx.reshape(-1)
+    flat = torch.where(flat < 0, flat + base.shape[0], flat)
+    out = base if in_place else base.clone()
+    return out.index_add_(0, flat, values.reshape((flat.numel(),) + base.shape[1:]))
+
+
 def precompile(launches):
     """Compile a graph's kernels in parallel threads when its wrapper is made (Triton's compiler
     releases the GIL for most of its work, and ptxas runs as a subprocess), rather than one by one
-    as the first call reaches them; and, beside them, build the C launchers Triton would otherwise
-    build (with gcc, one after another) at each kernel's first launch. Kernels that fail here are
-    compiled by that call as usual."""
+    as the first call reaches them. Then each kernel is loaded into torch's prebuilt CUDA launcher
+    (static_launcher()), so no launch needs the C launcher Triton builds with gcc; where torch has
+    none, those launchers are built here, beside the compiles, rather than serially at each
+    kernel's first launch. Kernels that fail here are compiled by that call as usual."""
     if not launches or os.environ.get("TRITON_INTERPRET", "0") == "1":
         return
     try:
@@ -85,7 +104,8 @@ def precompile(launches):
 
         from triton.runtime.driver import driver
         driver.active.get_current_device()  # initialize the driver once, in this thread
-        shapes = sorted({(len(launch.dtypes), len(launch.constexprs)) for launch in launches})
+        static = static_launcher()
+        shapes = [] if static else sorted({(len(launch.dtypes), len(launch.constexprs)) for launch in launches})
         with ThreadPoolExecutor(min(len(launches) + len(shapes), os.cpu_count() or 1, 16)) as pool:
             builds = [pool.submit(build_launcher, n, k) for n, k in shapes]
             compiles = [pool.submit(launch.warmup) for launch in launches]
@@ -97,8 +117,27 @@ def precompile(launches):
                       failed[0])
         if not all(built):
             log.debug("precompile: %d launchers left to the first call", built.count(False))
+        if static:
+            loaded = sum(launch.load_static(static) for launch, e in zip(launches, errors) if e is None)
+            if loaded < len(launches):
+                log.debug("precompile: %d of %d kernels launch through Triton's launcher", len(launches) - loaded,
+                          len(launches))
     except Exception as e:  # the first call compiles them
         log.debug("precompile skipped: %s", e)
+
+
+def static_launcher():
+    """torch's prebuilt launcher for Triton's CUDA kernels (the one Inductor uses: a C function
+    that takes the cubin's handle and the arguments), as its Python class; None where this torch
+    has none or PYDYNAMO_TRITON_STATIC_LAUNCH=0."""
+    if os.environ.get("PYDYNAMO_TRITON_STATIC_LAUNCH", "1") == "0" or not hasattr(torch._C, "_StaticCudaLauncher"):
+        return None
+    for name in ("torch._inductor.runtime.static_triton_launcher", "torch._inductor.runtime.static_cuda_launcher"):
+        try:
+            return importlib.import_module(name).StaticallyLaunchedCudaKernel
+        except (ImportError, AttributeError):
+            pass
+    return None
 
 
 def launcher_source(pointers, constexprs):
@@ -150,26 +189,70 @@ def launch_stream():
 class Launch:
     """One kernel launch site of a generated wrapper: ``launch(launch_stream(), *tensors)``.
 
-    The first call goes through Triton's JIT, which compiles the kernel, specialized on which
-    pointer arguments are 16-byte aligned. Later calls with the same alignments, on the same
-    device, with no launch hooks installed, launch that compiled kernel directly: Triton's
-    per-call argument binding and cache lookup (most of a launch's host time) are skipped.
-    Anything else takes the JIT path again, so a launch is never specialized wrongly."""
+    precompile() compiles the kernel for 16-byte aligned pointers and loads it into torch's static
+    launcher: calls with aligned pointers, on that device, with no launch hooks installed, launch
+    it with one C call. Otherwise a call goes through Triton's JIT, which compiles the kernel,
+    specialized on which pointer arguments are 16-byte aligned; later calls with the same
+    alignments launch that compiled kernel directly: Triton's per-call argument binding and cache
+    lookup (most of a launch's host time) are skipped. Anything else takes the JIT path again, so
+    a launch is never specialized wrongly."""
 
-    __slots__ = ("kernel", "grid", "num_warps", "dtypes", "constexprs", "compiled", "device", "aligned", "tail")
+    __slots__ = ("kernel", "grid", "num_warps", "dtypes", "constexprs", "compiled", "device", "aligned", "tail",
+                 "warm", "static")
 
     def __init__(self, kernel, grid, num_warps, dtypes, **constexprs):
         self.kernel, self.grid, self.num_warps, self.constexprs = kernel, grid, num_warps, constexprs
         self.dtypes = dtypes  # of the pointer arguments, for warmup()
-        self.compiled = None
+        self.compiled = self.warm = self.static = None
 
     def warmup(self):
         """Compile for 16-byte aligned arguments of these dtypes (what a first call will
         normally need), so that the first call finds the kernel in Triton's cache."""
-        self.kernel.warmup(*self.dtypes, grid=(self.grid,), num_warps=self.num_warps, **self.constexprs)
+        self.warm = self.kernel.warmup(*self.dtypes, grid=(self.grid,), num_warps=self.num_warps, **self.constexprs)
+
+    def load_static(self, cls):
+        """Load warmup()'s cubin into torch's static launcher ``cls``: calls whose pointers are all
+        16-byte aligned then launch it with one C call. True when loaded."""
+        global _direct
+        try:
+            from triton import knobs
+            from triton.runtime.driver import driver
+            c = self.warm
+            path = os.path.join(cache_dir(), "cubin", f"{c.hash}.cubin")
+            if not os.path.exists(path):
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                tmp = f"{path}.{os.getpid()}.tmp"
+                with open(tmp, "wb") as f:
+                    f.write(c.asm["cubin"])
+                os.replace(tmp, path)
+            c._cubin_path = path
+            k = cls(c)
+            device = driver.active.get_current_device()
+            k.load_kernel(device)
+            # scratch pointers this Triton adds to every kernel's parameters (always null for ours)
+            extra = tuple(None for flag in ("has_global_scratch", "has_profile_scratch") if getattr(k, flag, False))
+            if k.arg_tys != "O" * len(self.dtypes):
+                return False  # parameters other than our pointers: leave it to Triton
+            self.static = (torch._C._StaticCudaLauncher._launch_kernel, k.function, k.num_warps, k.shared,
+                           k.arg_tys + "O" * len(extra), extra, k)
+            self.device = device
+            _direct = driver, knobs.runtime
+            return True
+        except Exception as e:
+            log.debug("%s: not launched statically: %s", getattr(self.kernel, "__name__", self.kernel), e)
+            self.static = None
+            return False
 
     def __call__(self, stream, *args):
         """Launch on ``args``; ``stream`` is launch_stream()'s answer for this wrapper call."""
+        s = self.static
+        if s is not None and stream is not None and stream[0] == self.device:
+            for a in args:
+                if a.data_ptr() & 15:
+                    break
+            else:
+                s[0](s[1], self.grid, 1, 1, s[2], s[3], s[4], args + s[5], stream[1])
+                return
         c = self.compiled
         if c is not None and stream is not None and stream[0] == self.device \
                 and tuple(a.data_ptr() % 16 == 0 for a in args) == self.aligned:
@@ -178,6 +261,15 @@ class Launch:
         c = self.kernel.run(*args, grid=(self.grid,), warmup=False, num_warps=self.num_warps, **self.constexprs)
         if self.compiled is None:
             self._remember(c, args)
+
+    def owned(self, stream, *args):
+        """A launch whose arguments are all buffers the wrapper allocated (offset 0, so 16-byte
+        aligned): no alignment check."""
+        s = self.static
+        if s is not None and stream is not None and stream[0] == self.device:
+            s[0](s[1], self.grid, 1, 1, s[2], s[3], s[4], args + s[5], stream[1])
+        else:
+            self(stream, *args)
 
     def _remember(self, c, args):
         global _direct

@@ -30,7 +30,7 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 from torch import empty_strided
-from pydynamo.backends.triton.runtime import Launch, launch_stream, precompile, restride
+from pydynamo.backends.triton.runtime import Launch, index_put_accumulate, launch_stream, precompile, restride
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -152,21 +152,54 @@ class WrapperCodegen:
         last = self._last_uses(reads, outputs)
         owned = {}   # name -> alloc key for buffers we allocated
         pool = {}
+        # name -> (meta tensor of its layout, whether its storage offset is exact) for graph
+        # inputs (strides checked on entry, offset unknown) and views of them
+        layouts = {b.name: (torch.empty_strided(b.shape, b.stride, dtype=b.dtype, device="meta"), False)
+                   for b in g.inputs if any(s > 1 for s in b.shape)}
         for i, it in enumerate(seq):
             if isinstance(it, Group):
                 self._group(i, it, needed, owned, pool)
             elif isinstance(it, FallbackOp):
                 self._fallback(it, kernel_reads, self._in_place(it, i, last, owned))
             else:
-                args = [it.base] + [pyrepr(a) for a in it.args]
-                kwargs = {k: pyrepr(v) for k, v in it.kwargs.items()}
-                self.lines.append(f"{it.name} = {aten_call(it.op, args, kwargs)}")
+                self._view(it, owned, layouts)
             for name in sorted(n for n, at in last.items() if at == i):
                 if name in owned:
                     pool.setdefault(owned.pop(name), []).append(name)
                 else:
                     self.lines.append(f"del {name}")
         return self._module()
+
+    def _view(self, it, owned, layouts):
+        """``name = base.as_strided(size, stride[, offset])`` where the base's layout is known (a
+        buffer we allocated, a checked graph input, a view of either): the view's layout is
+        worked out now, on a meta tensor, and one cheap call makes it. Otherwise the view op
+        itself replays on the real tensor."""
+        base = layouts.get(it.base)
+        if base is None and it.base in owned:
+            shape, stride, dtype = owned[it.base]
+            base = (torch.empty_strided(shape, stride, dtype=dtype, device="meta"), True)
+        view = None
+        if base is not None and not any(isinstance(a, TensorRef) for a in it.args):
+            try:
+                view = it.op(base[0], *it.args, **it.kwargs)
+            except Exception:
+                view = None
+        root = lambda t: t._base if t._is_view() else t  # noqa: E731
+        if isinstance(view, torch.Tensor) and view.dtype == base[0].dtype and view._is_view() \
+                and root(view) is root(base[0]):  # a view indeed: not reshape's or clone's copy
+            size, stride, offset = tuple(view.shape), tuple(view.stride()), view.storage_offset()
+            if offset == base[0].storage_offset():  # as_strided keeps the base's offset
+                self.lines.append(f"{it.name} = {it.base}.as_strided({size}, {stride})")
+                layouts[it.name] = (view, base[1])
+                return
+            if base[1]:
+                self.lines.append(f"{it.name} = {it.base}.as_strided({size}, {stride}, {offset})")
+                layouts[it.name] = (view, True)
+                return
+        args = [it.base] + [pyrepr(a) for a in it.args]
+        kwargs = {k: pyrepr(v) for k, v in it.kwargs.items()}
+        self.lines.append(f"{it.name} = {aten_call(it.op, args, kwargs)}")
 
     def _last_uses(self, reads, outputs):
         last = {}
@@ -218,7 +251,8 @@ class WrapperCodegen:
                 dtype = str(b.dtype)
                 self.lines.append(f"{b.name} = empty_strided({b.shape}, {b.stride}, device=DEVICE, dtype={dtype})")
             owned[b.name] = key
-        self.lines.append(f"{launch}({', '.join(['stream'] + params)})")
+        site = f"{launch}.owned" if all(n in owned for n in params) else launch
+        self.lines.append(f"{site}({', '.join(['stream'] + params)})")
 
     def _buffers(self):
         """Every buffer a kernel may touch, by name (for the traffic notes)."""
@@ -245,8 +279,12 @@ class WrapperCodegen:
 
     def _fallback(self, it, kernel_reads, in_place=None):
         args, kwargs = [pyrepr(a) for a in it.args], {k: pyrepr(v) for k, v in it.kwargs.items()}
-        self.lines.append(f"{it.name} = {aten_call(in_place or it.op, args, kwargs)}"
-                          + ("  # in place: its first argument is dead" if in_place else ""))
+        op = in_place or it.op
+        if op in (aten.index_put.default, aten.index_put_.default) and len(args) == 4 and it.args[3] is True:
+            call = f"index_put_accumulate({', '.join(args[:3])}, {op is aten.index_put_.default})"
+        else:
+            call = aten_call(op, args, kwargs)
+        self.lines.append(f"{it.name} = {call}" + ("  # in place: its first argument is dead" if in_place else ""))
         if it.multi:
             for i, o in enumerate(it.outputs):
                 if isinstance(o, FallbackBuffer):
