@@ -49,6 +49,14 @@ def _vars_of(a):
     return a.loop_vars()
 
 
+def _mask(name, index, numel, block, shape):
+    """``name = index < numel``; a constant true when blocks tile ``numel`` exactly, so that
+    Triton drops the masks from loads, stores and selects."""
+    if numel % block == 0:
+        return f"{name} = tl.full({shape}, 1, tl.int1)"
+    return f"{name} = {index} < {numel}"
+
+
 class KernelCodegen:
     def __init__(self, group, name, stored):
         self.group, self.name, self.stored = group, name, stored
@@ -349,7 +357,7 @@ class KernelCodegen:
         if not self.row:
             xblock = min(POINTWISE_XBLOCK, triton_next_pow2(self.space.xnumel))
             lines += ["xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)",
-                      f"xmask = xindex < {self.space.xnumel}"]
+                      _mask("xmask", "xindex", self.space.xnumel, xblock, "[XBLOCK]")]
             lines += self._define(self.xdims, "xindex", used)
             lines += self.sections.get("body", [])
             config = {"XBLOCK": xblock}
@@ -359,10 +367,10 @@ class KernelCodegen:
             config, warps = self._row_config()
             grid = -(-self.space.xnumel // config["XBLOCK"])
             lines += ["xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]",
-                      f"xmask = xindex < {self.space.xnumel}"]
+                      _mask("xmask", "xindex", self.space.xnumel, config["XBLOCK"], "[XBLOCK, 1]")]
             lines += self._define(self.xdims, "xindex", used)
             lines += ["rbase = tl.arange(0, RBLOCK)[None, :]"]
-            lines += self._row_body(used)
+            lines += self._row_body(used, config["RBLOCK"])
         self._launch = (grid, config, warps)
         return lines
 
@@ -373,8 +381,9 @@ class KernelCodegen:
         src = ["@triton.jit", f"def {self.name}({sig}):"] + ["    " + l for l in lines]
         return "\n".join(src), list(self.params), grid, config, warps
 
-    def _row_body(self, used):
-        rdefs = ["rmask = rindex < " + str(self.space.rnumel)] + self._define(self.rdims, "rindex", used)
+    def _row_body(self, used, rblock):
+        rdefs = [_mask("rmask", "rindex", self.space.rnumel, rblock, "[1, RBLOCK]")]
+        rdefs += self._define(self.rdims, "rindex", used)
         if self.persistent:
             return ["rindex = rbase"] + rdefs + self.sections.get("body", [])
         out = []
