@@ -711,3 +711,23 @@ def test_registered_backend_through_the_hook():
     for _ in range(2):
         torch.testing.assert_close(opt(x, w), f(x, w), atol=1e-5, rtol=1e-5)
     assert counter.frame_count == 1
+
+
+def test_views_of_known_layouts_are_one_as_strided_call(sources):
+    """Views the wrapper needs as real tensors (ATen arguments, outputs) are made with one
+    as_strided call when the base's layout is known: a buffer of ours, or a graph input (strides
+    checked on entry) whose own storage offset is kept. A view that moves the offset of an input,
+    or a reshape that copies, replays the op itself. Values and strides match eager's."""
+    def f(x):
+        y = x * 2
+        return (x.t().mm(x), x.t(), x.unsqueeze(0).expand(3, 5, 8), x[1:], y.t(), y.view(8, 5)[1:],
+                y.t().reshape(40))
+    x = torch.randn(50)[2:42].view(5, 8)
+    assert x.storage_offset() == 2
+    gm = torch.fx.symbolic_trace(f)
+    compiled = triton_backend(gm, [x])
+    for a, e in zip(compiled(x), f(x)):
+        torch.testing.assert_close(a, e)
+        assert a.stride() == e.stride() and a.shape == e.shape
+    src = sources()[0]
+    assert src.count(".as_strided(") >= 4, src

@@ -152,10 +152,9 @@ class WrapperCodegen:
         last = self._last_uses(reads, outputs)
         owned = {}   # name -> alloc key for buffers we allocated
         pool = {}
-        # name -> (meta tensor of its layout, whether its storage offset is exact) for graph
-        # inputs (strides checked on entry, offset unknown) and views of them
-        layouts = {b.name: (torch.empty_strided(b.shape, b.stride, dtype=b.dtype, device="meta"), False)
-                   for b in g.inputs if any(s > 1 for s in b.shape)}
+        # name -> (meta tensor of its layout, whether its storage offset is exact), made on demand
+        # for graph inputs (strides checked on entry, offset unknown) and views of them
+        layouts = {b.name: b for b in g.inputs if any(s > 1 for s in b.shape)}
         for i, it in enumerate(seq):
             if isinstance(it, Group):
                 self._group(i, it, needed, owned, pool)
@@ -176,6 +175,9 @@ class WrapperCodegen:
         worked out now, on a meta tensor, and one cheap call makes it. Otherwise the view op
         itself replays on the real tensor."""
         base = layouts.get(it.base)
+        if base is not None and not isinstance(base, tuple):  # a graph input
+            base = layouts[it.base] = (torch.empty_strided(base.shape, base.stride, dtype=base.dtype,
+                                                           device="meta"), False)
         if base is None and it.base in owned:
             shape, stride, dtype = owned[it.base]
             base = (torch.empty_strided(shape, stride, dtype=dtype, device="meta"), True)
