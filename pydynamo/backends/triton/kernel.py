@@ -91,6 +91,7 @@ class KernelCodegen:
         xs = [(f"x{d}", s) for d, s in self.space.xsizes if s > 1]
         rs = [(f"r{d}", s) for d, s in self.space.rsizes if s > 1]
         self.plan, self.xdims = merge_plan(xs, affines, blocked)
+        self.xvars = {n for n, _ in xs}
         rplan, self.rdims = merge_plan(rs, affines, blocked)
         self.plan.update(rplan)
 
@@ -156,7 +157,9 @@ class KernelCodegen:
             text = f"tl.load({param} + {self.render(offset)})"
         else:
             mask = " & ".join([self._mask(vs)] + self.masks)
-            text = f"tl.load({param} + ({self.render(offset)}), {mask}, other=0)"
+            # the same elements for every program (a weight along the row): keep them in L2
+            hint = ", eviction_policy='evict_last'" if self.row and not vs & self.xvars else ""
+            text = f"tl.load({param} + ({self.render(offset)}), {mask}, other=0{hint})"
         if ops.compute_dtype(buf.dtype) != buf.dtype:
             text += f".to({ops.TL_DTYPE[ops.compute_dtype(buf.dtype)]})"
         return self.emit(text)
