@@ -731,3 +731,28 @@ def test_views_of_known_layouts_are_one_as_strided_call(sources):
         assert a.stride() == e.stride() and a.shape == e.shape
     src = sources()[0]
     assert src.count(".as_strided(") >= 4, src
+
+
+def test_indirect_indices_are_checked_on_the_device(sources, monkeypatch):
+    """Kernels that read at computed indices (embedding, gather, x[idx]) assert on the device
+    that each index is in range, as eager checks; they are compiled with debug=True so that the
+    asserts stay. Triton's interpreter drops device asserts unless its own options ask for them:
+    turn them on here, as the GPU compile does."""
+    import dataclasses
+
+    import triton.runtime.interpreter as interp
+    monkeypatch.setattr(interp.interpreter_builder, "options", dataclasses.replace(
+        interp.interpreter_builder.options, debug=True, sanitize_overflow=False))
+    w, x = r(10, 4), r(6, 3)
+    cases = [(lambda i: F.embedding(i, w) * 2, torch.tensor([[1, 2], [3, 9]]), torch.tensor([[1, 2], [3, 10]])),
+             (lambda i: x[i] + 1, torch.tensor([0, -1, 5]), torch.tensor([0, -7, 5])),
+             (lambda i: torch.gather(x, 1, i) * 3, torch.tensor([[0], [2], [1], [0], [2], [2]]),
+              torch.tensor([[0], [2], [1], [0], [3], [2]]))]
+    for fn, good, bad in cases:
+        compiled = triton_backend(torch.fx.symbolic_trace(fn), [good])
+        torch.testing.assert_close(compiled(good), fn(good))
+        with pytest.raises(Exception, match="index out of bounds"):  # the interpreter wraps it
+            compiled(bad)
+        with pytest.raises((IndexError, RuntimeError)):
+            fn(bad)  # as eager
+    assert all("@triton.jit(debug=True)" in s and "tl.device_assert(" in s for s in sources())

@@ -51,7 +51,8 @@ def compiled_kernels(path, arch=90):
         attrs = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(fn.arg_names) if a not in consts}
         t = time.perf_counter()
         k = triton.compile(ASTSource(fn, sig, consts, attrs), target=GPUTarget("cuda", arch, 32),
-                           options={"num_warps": int(warps)})
+                           options={"num_warps": int(warps), "debug": bool(fn.debug),
+                                    "sanitize_overflow": not fn.debug})  # as runtime.Launch
         yield name, int(grid), int(warps), k, time.perf_counter() - t
 
 

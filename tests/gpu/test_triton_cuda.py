@@ -132,3 +132,26 @@ def test_launchers_are_built_ahead_in_worker_threads_or_not_at_all(monkeypatch, 
         assert launchers and not any(launchers), builds
     x, y = torch.randn(64, 80, device="cuda"), torch.randn(80, 80, device="cuda")
     torch.testing.assert_close(opt(x, y), g(x, y))  # later calls too
+
+
+def test_an_out_of_range_index_fails_like_eager():
+    """An embedding index out of range is a CUDA device assert (eager's kernels assert too).
+    The CUDA context is unusable afterwards, so it runs in a child process."""
+    import subprocess
+    import sys
+    code = """if 1:
+        import torch, pydynamo
+        import torch.nn.functional as F
+        w = torch.randn(10, 4, device="cuda")
+        f = pydynamo.optimize("triton")(lambda i: F.embedding(i, w) * 2)
+        good = torch.tensor([[1, 2], [3, 9]], device="cuda")
+        torch.testing.assert_close(f(good), F.embedding(good, w) * 2)
+        print("good ok", flush=True)
+        f(torch.tensor([[1, 2], [3, 10]], device="cuda"))
+        torch.cuda.synchronize()
+        print("no error")
+    """
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert "good ok" in p.stdout, p.stderr[-3000:]
+    assert "no error" not in p.stdout and p.returncode != 0
+    assert "index out of bounds" in p.stderr or "device-side assert" in p.stderr, p.stderr[-3000:]

@@ -23,10 +23,14 @@ def gather(g, node, x, dim, index, sparse_grad=False):
     if not x.shape or not ops.supported_dtype(x.dtype):
         raise Unlowerable("gather")
     dim %= len(x.shape)
+    if x.shape[dim] == 0:
+        raise Unlowerable("gather from an empty dim")
 
     def fn(k, idx):
         at = list(idx)
-        at[dim] = Affine.indirect(index.load(k, idx), x.shape[dim], idx)
+        i = index.load(k, idx)
+        k.check_index(i, x.shape[dim])
+        at[dim] = Affine.indirect(i, x.shape[dim], idx)
         return x.load(k, at)
     pw = Pointwise(val.shape, val.dtype, fn, 2 + getattr(x, "cost", 0))
     pw.reads = reads_of(x) | reads_of(index)
@@ -192,11 +196,14 @@ def _take(node, x, dim, idx, wrap=False):
     if not ops.supported_dtype(x.dtype) or not x.shape:
         raise Unlowerable("take")
     n, k_dims = x.shape[dim], len(idx.shape)
+    if n == 0:
+        raise Unlowerable("take from an empty dim")
 
     def fn(k, out):
         i = idx.load(k, out[dim:dim + k_dims])
         if wrap:
             i = k.emit(f"tl.where({i} < 0, {i} + {n}, {i})")
+        k.check_index(i, n)
         at = list(out[:dim]) + [Affine.indirect(i, n, out[dim:dim + k_dims])] + list(out[dim + k_dims:])
         return x.load(k, at)
     pw = Pointwise(val.shape, val.dtype, fn, 2 + getattr(x, "cost", 0))

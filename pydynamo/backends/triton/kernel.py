@@ -72,6 +72,7 @@ class KernelCodegen:
         self.produced = {}        # buffer name -> value variable
         self.count = 0
         self.masks = []           # conditions every load made now is masked with (see masked())
+        self.asserts = False      # whether the kernel checks indices (compiled with debug=True)
         self._plan()
 
     # ---- planning ----
@@ -122,6 +123,17 @@ class KernelCodegen:
         if key not in self.cse:
             self.cse[key] = thunk()
         return self.cse[key]
+
+    def check_index(self, i, n):
+        """Assert on the device that the index values ``i`` lie in [0, n), as eager checks them
+        (a failed assert is a CUDA error, as eager's own device asserts are). Masked-off lanes
+        load index 0, which is in range."""
+        key = (self._scope(), "check", i, n)
+        if key not in self.cse:
+            self.cse[key] = i
+            self.asserts = True
+            self.sections.setdefault(self.section, []).append(
+                f'tl.device_assert((0 <= {i}) & ({i} < {n}), "index out of bounds: not in [0, {n})")')
 
     def index_value(self, a):
         return self.emit(self.render(Affine.lift(a)))
@@ -381,7 +393,7 @@ class KernelCodegen:
         grid, config, warps = self._launch
         params = list(self.params.values())
         sig = ", ".join(params + [f"{k}: tl.constexpr" for k in config])
-        src = ["@triton.jit", f"def {self.name}({sig}):"] + ["    " + l for l in lines]
+        src = ["@triton.jit(debug=True)" if self.asserts else "@triton.jit", f"def {self.name}({sig}):"] + ["    " + l for l in lines]
         return "\n".join(src), list(self.params), grid, config, warps
 
     def _row_body(self, used, rblock):

@@ -198,17 +198,21 @@ class Launch:
     a launch is never specialized wrongly."""
 
     __slots__ = ("kernel", "grid", "num_warps", "dtypes", "constexprs", "compiled", "device", "aligned", "tail",
-                 "warm", "static")
+                 "warm", "static", "options")
 
     def __init__(self, kernel, grid, num_warps, dtypes, **constexprs):
         self.kernel, self.grid, self.num_warps, self.constexprs = kernel, grid, num_warps, constexprs
+        # a kernel that checks its indices is compiled with debug=True, which keeps its asserts;
+        # Triton's int32 overflow checks, which debug would also turn on, stay off
+        self.options = {"sanitize_overflow": False} if getattr(kernel, "debug", None) else {}
         self.dtypes = dtypes  # of the pointer arguments, for warmup()
         self.compiled = self.warm = self.static = None
 
     def warmup(self):
         """Compile for 16-byte aligned arguments of these dtypes (what a first call will
         normally need), so that the first call finds the kernel in Triton's cache."""
-        self.warm = self.kernel.warmup(*self.dtypes, grid=(self.grid,), num_warps=self.num_warps, **self.constexprs)
+        self.warm = self.kernel.warmup(*self.dtypes, grid=(self.grid,), num_warps=self.num_warps, **self.constexprs,
+                                       **self.options)
 
     def load_static(self, cls):
         """Load warmup()'s cubin into torch's static launcher ``cls``: calls whose pointers are all
@@ -258,7 +262,8 @@ class Launch:
                 and tuple(a.data_ptr() % 16 == 0 for a in args) == self.aligned:
             c.run(self.grid, 1, 1, stream[1], c.function, c.packed_metadata, None, None, None, *args, *self.tail)
             return
-        c = self.kernel.run(*args, grid=(self.grid,), warmup=False, num_warps=self.num_warps, **self.constexprs)
+        c = self.kernel.run(*args, grid=(self.grid,), warmup=False, num_warps=self.num_warps, **self.constexprs,
+                            **self.options)
         if self.compiled is None:
             self._remember(c, args)
 
