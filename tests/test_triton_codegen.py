@@ -756,3 +756,26 @@ def test_indirect_indices_are_checked_on_the_device(sources, monkeypatch):
         with pytest.raises((IndexError, RuntimeError)):
             fn(bad)  # as eager
     assert all("@triton.jit(debug=True)" in s and "tl.device_assert(" in s for s in sources())
+
+
+def test_a_refused_static_launch_falls_back_to_triton():
+    """If torch's static launcher refuses a launch (a limit of some torch version), that launch
+    and the later ones of the site go through Triton's JIT instead of failing the call."""
+    from pydynamo.backends.triton.runtime import Launch
+
+    class Kernel:
+        debug = None
+        runs = []
+
+        def run(self, *args, **kwargs):
+            self.runs.append(args)
+
+    def refuse(*args):
+        raise ValueError("too many arguments")
+    launch = Launch(Kernel(), 4, 4, (torch.float32,), XBLOCK=64)
+    launch.static, launch.device = (refuse, 0, 4, 0, "O", ()), 0
+    t = torch.zeros(256)
+    launch.owned((0, 0), t)
+    assert launch.static is None and len(Kernel.runs) == 1
+    launch((0, 0), t)
+    assert len(Kernel.runs) == 2

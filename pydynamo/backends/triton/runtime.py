@@ -255,8 +255,8 @@ class Launch:
                 if a.data_ptr() & 15:
                     break
             else:
-                s[0](s[1], self.grid, 1, 1, s[2], s[3], s[4], args + s[5], stream[1])
-                return
+                if self._static(s, stream, args):
+                    return
         c = self.compiled
         if c is not None and stream is not None and stream[0] == self.device \
                 and tuple(a.data_ptr() % 16 == 0 for a in args) == self.aligned:
@@ -271,10 +271,19 @@ class Launch:
         """A launch whose arguments are all buffers the wrapper allocated (offset 0, so 16-byte
         aligned): no alignment check."""
         s = self.static
-        if s is not None and stream is not None and stream[0] == self.device:
-            s[0](s[1], self.grid, 1, 1, s[2], s[3], s[4], args + s[5], stream[1])
-        else:
+        if s is None or stream is None or stream[0] != self.device or not self._static(s, stream, args):
             self(stream, *args)
+
+    def _static(self, s, stream, args):
+        """Launch through the static launcher; on its refusal (a limit of this torch's launcher),
+        False, and this site uses Triton's JIT path from now on."""
+        try:
+            s[0](s[1], self.grid, 1, 1, s[2], s[3], s[4], args + s[5], stream[1])
+            return True
+        except Exception as e:
+            log.debug("%s: static launch refused (%s); launching through Triton", self.kernel, e)
+            self.static = None
+            return False
 
     def _remember(self, c, args):
         global _direct
