@@ -29,7 +29,7 @@ def gather(g, node, x, dim, index, sparse_grad=False):
     def fn(k, idx):
         at = list(idx)
         i = index.load(k, idx)
-        k.check_index(i, x.shape[dim])
+        k.check_index(i, x.shape[dim], idx)
         at[dim] = Affine.indirect(i, x.shape[dim], idx)
         return x.load(k, at)
     pw = Pointwise(val.shape, val.dtype, fn, 2 + getattr(x, "cost", 0))
@@ -203,7 +203,7 @@ def _take(node, x, dim, idx, wrap=False):
         i = idx.load(k, out[dim:dim + k_dims])
         if wrap:
             i = k.emit(f"tl.where({i} < 0, {i} + {n}, {i})")
-        k.check_index(i, n)
+        k.check_index(i, n, out[dim:dim + k_dims])
         at = list(out[:dim]) + [Affine.indirect(i, n, out[dim:dim + k_dims])] + list(out[dim + k_dims:])
         return x.load(k, at)
     pw = Pointwise(val.shape, val.dtype, fn, 2 + getattr(x, "cost", 0))

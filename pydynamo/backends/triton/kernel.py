@@ -124,16 +124,20 @@ class KernelCodegen:
             self.cse[key] = thunk()
         return self.cse[key]
 
-    def check_index(self, i, n):
-        """Assert on the device that the index values ``i`` lie in [0, n), as eager checks them
-        (a failed assert is a CUDA error, as eager's own device asserts are). Masked-off lanes
-        load index 0, which is in range."""
-        key = (self._scope(), "check", i, n)
+    def check_index(self, i, n, at):
+        """Assert on the device that the index values ``i``, read at positions ``at``, lie in
+        [0, n), as eager checks them (a failed assert is a CUDA error, as eager's own device
+        asserts are). Lanes outside the tensor (or a masked() part) are not checked: a computed
+        index may be anything there."""
+        vs = set().union(*(Affine.lift(a).loop_vars() for a in at))
+        masks = ([self._mask(vs)] if vs else []) + self.masks
+        key = (self._scope(), "check", i, n, tuple(masks))
         if key not in self.cse:
             self.cse[key] = i
             self.asserts = True
+            cond = f"(0 <= {i}) & ({i} < {n})" + (f" | ~({' & '.join(masks)})" if masks else "")
             self.sections.setdefault(self.section, []).append(
-                f'tl.device_assert((0 <= {i}) & ({i} < {n}), "index out of bounds: not in [0, {n})")')
+                f'tl.device_assert({cond}, "index out of bounds: not in [0, {n})")')
 
     def index_value(self, a):
         return self.emit(self.render(Affine.lift(a)))
