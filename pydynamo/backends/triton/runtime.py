@@ -81,6 +81,7 @@ def index_put_accumulate(base, indices, values, in_place):
     idx = indices[0] if len(indices) == 1 else None
     if idx is None or idx.dtype not in (torch.int64, torch.int32) or base.dim() == 0 \
             or values.dtype != base.dtype or values.shape != idx.shape + base.shape[1:] \
+            or idx.device != base.device or values.device != base.device \
             or torch.are_deterministic_algorithms_enabled():
         op = torch.ops.aten.index_put_ if in_place else torch.ops.aten.index_put
         return op(base, indices, values, True)
