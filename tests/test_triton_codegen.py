@@ -720,8 +720,9 @@ def test_views_of_known_layouts_are_one_as_strided_call(sources):
     or a reshape that copies, replays the op itself. Values and strides match eager's."""
     def f(x):
         y = x * 2
-        return (x.t().mm(x), x.t(), x.unsqueeze(0).expand(3, 5, 8), x[1:], y.t(), y.view(8, 5)[1:],
-                y.t().reshape(40))
+        m = x.t().mm(x)
+        return (m, x.t(), x.unsqueeze(0).expand(3, 5, 8), x[1:], y.t(), y.view(8, 5)[1:],
+                y.t().reshape(40), m.t().t().unsqueeze(0), (m + 1).t())
     x = torch.randn(50)[2:42].view(5, 8)
     assert x.storage_offset() == 2
     gm = torch.fx.symbolic_trace(f)
@@ -731,6 +732,9 @@ def test_views_of_known_layouts_are_one_as_strided_call(sources):
         assert a.stride() == e.stride() and a.shape == e.shape
     src = sources()[0]
     assert src.count(".as_strided(") >= 4, src
+    # a view that only leads to other views is never made: m.t().t().unsqueeze(0) is one call on
+    # the (restrided) matmul result
+    assert src.count("permute") == 0 and src.count("buf1.as_strided(") == 1, src
 
 
 def test_indirect_indices_are_checked_on_the_device(sources, monkeypatch):

@@ -102,6 +102,10 @@ _LAYOUT_OPS = {"t", "view", "alias", "detach", "expand", "unsafe_view", "permute
                "squeeze", "unsqueeze", "slice", "select", "getitem", "clone", "split", "split_with_sizes"}
 
 
+def _meta(shape, stride, dtype):
+    return torch.empty_strided(shape, stride, dtype=dtype, device="meta")
+
+
 def _describe(group, most=3):
     """``_op_op``: the most telling names of the ops a kernel computes (longest first; views
     and copies only for a kernel that does nothing else)."""
@@ -152,35 +156,50 @@ class WrapperCodegen:
         last = self._last_uses(reads, outputs)
         owned = {}   # name -> alloc key for buffers we allocated
         pool = {}
-        # name -> (meta tensor of its layout, whether its storage offset is exact), made on demand
-        # for graph inputs (strides checked on entry, offset unknown) and views of them
+        # name -> (meta tensor of its layout relative to its root, whether the root's storage
+        # offset is known to be 0, the root's name), for tensors whose layout is known: graph
+        # inputs (strides checked on entry; made on demand), fallback results that get views
+        # (restrided), buffers we allocated, and views of these
         layouts = {b.name: b for b in g.inputs if any(s > 1 for s in b.shape)}
+        view_bases = {it.base for it in seq if isinstance(it, ViewOp)}
+        self.pending = {}  # view name -> its line, written where a non-view first needs the view
         for i, it in enumerate(seq):
+            if not isinstance(it, ViewOp):
+                for name in sorted(reads[i]):
+                    self._materialize(name)
             if isinstance(it, Group):
                 self._group(i, it, needed, owned, pool)
             elif isinstance(it, FallbackOp):
-                self._fallback(it, kernel_reads, self._in_place(it, i, last, owned))
+                self._fallback(it, kernel_reads, self._in_place(it, i, last, owned), view_bases, layouts)
             else:
                 self._view(it, owned, layouts)
             for name in sorted(n for n, at in last.items() if at == i):
-                if name in owned:
+                if name in self.pending:  # only ever the base of other views: never made
+                    del self.pending[name]
+                elif name in owned:
                     pool.setdefault(owned.pop(name), []).append(name)
                 else:
                     self.lines.append(f"del {name}")
+        for name in g.outputs:
+            self._materialize(name)
         return self._module()
 
+    def _materialize(self, name):
+        line = self.pending.pop(name, None)
+        if line is not None:
+            self.lines.append(line)
+
     def _view(self, it, owned, layouts):
-        """``name = base.as_strided(size, stride[, offset])`` where the base's layout is known (a
-        buffer we allocated, a checked graph input, a view of either): the view's layout is
-        worked out now, on a meta tensor, and one cheap call makes it. Otherwise the view op
-        itself replays on the real tensor."""
+        """``name = root.as_strided(size, stride[, offset])`` where the base's layout is known:
+        the view's layout is worked out now, on a meta tensor, and one cheap call makes it from
+        the tensor the chain of views starts at. The line is written where something other than
+        a view first needs the view, so a view that only leads to other views costs nothing.
+        Otherwise the view op itself replays on the real base."""
         base = layouts.get(it.base)
         if base is not None and not isinstance(base, tuple):  # a graph input
-            base = layouts[it.base] = (torch.empty_strided(base.shape, base.stride, dtype=base.dtype,
-                                                           device="meta"), False)
+            base = layouts[it.base] = (_meta(base.shape, base.stride, base.dtype), False, it.base)
         if base is None and it.base in owned:
-            shape, stride, dtype = owned[it.base]
-            base = (torch.empty_strided(shape, stride, dtype=dtype, device="meta"), True)
+            base = (_meta(*owned[it.base]), True, it.base)
         view = None
         if base is not None and not any(isinstance(a, TensorRef) for a in it.args):
             try:
@@ -191,14 +210,12 @@ class WrapperCodegen:
         if isinstance(view, torch.Tensor) and view.dtype == base[0].dtype and view._is_view() \
                 and root(view) is root(base[0]):  # a view indeed: not reshape's or clone's copy
             size, stride, offset = tuple(view.shape), tuple(view.stride()), view.storage_offset()
-            if offset == base[0].storage_offset():  # as_strided keeps the base's offset
-                self.lines.append(f"{it.name} = {it.base}.as_strided({size}, {stride})")
-                layouts[it.name] = (view, base[1])
+            if offset == 0 or base[1]:  # as_strided with no offset keeps the root's own
+                at = f", {offset}" if offset else ""
+                self.pending[it.name] = f"{it.name} = {base[2]}.as_strided({size}, {stride}{at})"
+                layouts[it.name] = (view, base[1], base[2])
                 return
-            if base[1]:
-                self.lines.append(f"{it.name} = {it.base}.as_strided({size}, {stride}, {offset})")
-                layouts[it.name] = (view, True)
-                return
+        self._materialize(it.base)
         args = [it.base] + [pyrepr(a) for a in it.args]
         kwargs = {k: pyrepr(v) for k, v in it.kwargs.items()}
         self.lines.append(f"{it.name} = {aten_call(it.op, args, kwargs)}")
@@ -279,7 +296,7 @@ class WrapperCodegen:
         owned[out.name] = owned.pop(base.name)
         return op
 
-    def _fallback(self, it, kernel_reads, in_place=None):
+    def _fallback(self, it, kernel_reads, in_place, view_bases, layouts):
         args, kwargs = [pyrepr(a) for a in it.args], {k: pyrepr(v) for k, v in it.kwargs.items()}
         op = in_place or it.op
         if op in (aten.index_put.default, aten.index_put_.default) and len(args) == 4 and it.args[3] is True:
@@ -293,8 +310,11 @@ class WrapperCodegen:
                     self.lines.append(f"{o.name} = {it.name}[{i}]")
             self.lines.append(f"del {it.name}")
         for o in it.outputs:
-            if isinstance(o, FallbackBuffer) and o.name in kernel_reads:
+            if isinstance(o, FallbackBuffer) and (o.name in kernel_reads or o.name in view_bases and not it.aliasing
+                                                  and not in_place):
                 self.lines.append(f"{o.name} = restride({o.name}, {o.shape}, {o.stride})")
+                if o.name in view_bases and not it.aliasing and not in_place:
+                    layouts[o.name] = (_meta(o.shape, o.stride, o.dtype), False, o.name)
 
     def _module(self):
         g = self.g
