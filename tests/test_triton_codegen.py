@@ -8,6 +8,7 @@ os.environ.setdefault("PYDYNAMO_CACHE_DIR", tempfile.mkdtemp(prefix="pydynamo-te
 
 import logging  # noqa: E402
 import operator  # noqa: E402
+import re  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -386,7 +387,7 @@ def test_a_repeated_layer_reuses_its_kernel(sources):
         return x
     check(fn, r(8, 16), atol=1e-5, rtol=1e-5)
     src = sources()[0]
-    assert kernels(src) == 1 and src.count("        launch_0(stream, ") == 3
+    assert kernels(src) == 1 and len(re.findall(r"\n        \(?launch_0\b.*\(stream, ", src)) == 3
     assert "# and again " in src
 
 

@@ -71,7 +71,7 @@ def _origins(node, args):
 # renamed, or it would shadow it
 _WRAPPER_NAMES = {"torch", "triton", "tl", "libdevice", "empty_strided", "Launch", "launch_stream",
                   "precompile", "restride", "index_put_accumulate", "aten", "prims", "DEVICE", "make", "call", "args", "stream",
-                  "fallback", "constants", "sum_op", "max_op", "min_op", "max_nan", "min_nan"}
+                  "fallback", "constants", "aligned", "sum_op", "max_op", "min_op", "max_nan", "min_nan"}
 _MADE_UP = re.compile(r"(buf|view|const|launch_|in_)\d+(_\d+)?$|triton_")
 
 

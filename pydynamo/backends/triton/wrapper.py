@@ -145,6 +145,8 @@ class WrapperCodegen:
         self.g, self.seq = lowering, seq
         self.kernels, self.lines, self.launches = [], [], []
         self.same = {}  # (kernel source, launch config) -> [its launch, the kernel's "computes" lists]
+        self.input_names = {b.name for b in lowering.inputs}
+        self.checked_inputs = set()  # graph inputs whose 16-byte alignment the call checks up front
 
     def generate(self):
         seq, g = self.seq, self.g
@@ -270,7 +272,14 @@ class WrapperCodegen:
                 dtype = str(b.dtype)
                 self.lines.append(f"{b.name} = empty_strided({b.shape}, {b.stride}, device=DEVICE, dtype={dtype})")
             owned[b.name] = key
-        site = f"{launch}.owned" if all(n in owned for n in params) else launch
+        inputs = [n for n in params if n not in owned]
+        if not inputs:
+            site = f"{launch}.owned"
+        elif all(n in self.input_names for n in inputs):  # graph inputs: checked once per call
+            self.checked_inputs.update(inputs)
+            site = f"({launch}.owned if aligned else {launch})"
+        else:
+            site = launch
         self.lines.append(f"{site}({', '.join(['stream'] + params)})")
 
     def _buffers(self):
@@ -324,6 +333,9 @@ class WrapperCodegen:
             body += [f"if {' or '.join(checks)}:", "    return fallback(args)  # strides differ from the trace"]
         if self.launches:
             body += ["stream = launch_stream()"]
+        if self.checked_inputs:  # what each launch would check of these, once
+            ptrs = " | ".join(f"{n}.data_ptr()" for n in sorted(self.checked_inputs))
+            body += [f"aligned = ({ptrs}) & 15 == 0"]
         body += self.lines
         body += [f"return ({', '.join(g.outputs)}{',' if len(g.outputs) == 1 else ''})"]
         consts = [b.name for b, _ in g.constants]
