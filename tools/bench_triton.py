@@ -162,6 +162,27 @@ def compile_with(backend, fn, inputs):
     return compiled
 
 
+def each_graph(fn, inputs, training, compiler):
+    """Run ``fn`` (and its backward when training) through AOTAutograd as the triton backend
+    does, calling ``compiler(aten_graph, example_inputs)`` on its forward and backward graphs
+    (the tools' way to see the graphs without compiling them)."""
+    from torch._functorch.aot_autograd import aot_module_simplified
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+    from pydynamo.backends.triton import _tuple_output
+    from pydynamo.backends.triton.decomps import decomposition_table
+
+    def seen(gm, example_inputs):
+        compiler(gm, example_inputs)
+        return gm
+    gm, _ = _tuple_output(torch.fx.symbolic_trace(copy.deepcopy(fn) if isinstance(fn, nn.Module) else fn))
+    compiled = aot_module_simplified(gm, inputs, fw_compiler=seen, bw_compiler=seen,
+                                     decompositions=decomposition_table(),
+                                     partition_fn=min_cut_rematerialization_partition)
+    if training:
+        compiled(*inputs)[0].backward()
+
+
 def step(fn, inputs, training):
     """One call (plus backward when training); returns the outputs for checking."""
     out = fn(*inputs)
@@ -283,11 +304,7 @@ def count(scale):
     graph: what fusion leaves to launch. Generated on the CPU; nothing is compiled or launched."""
     import re
 
-    from torch._functorch.aot_autograd import aot_module_simplified
-    from torch._functorch.partitioners import min_cut_rematerialization_partition
-
-    from pydynamo.backends.triton import _tuple_output, generate_source
-    from pydynamo.backends.triton.decomps import decomposition_table
+    from pydynamo.backends.triton import generate_source
     print("| workload | graph | launches | distinct kernels | ATen calls | views | kernel MB moved |")
     print("|---|---|---|---|---|---|---|")
     for wname, fn, inputs, _, training in workloads(torch.device("cpu"), scale):
@@ -298,17 +315,10 @@ def count(scale):
             body = src[src.index("    def call(args):"):]
             moved = sum(float(a) + float(b) for a, b in re.findall(r"^# (?:computes|and again) .*\(reads ([\d.e+-]+) MB, "
                                                                    r"writes ([\d.e+-]+) MB\)$", src, re.M))
-            rows.append((len(re.findall(r"^        launch_\d+\(", body, re.M)), src.count("\ndef triton_"), moved,
-                         len(re.findall(r"^        \w+ = torch\.", body, re.M)),
+            rows.append((len(re.findall(r"^        \(?launch_\d+\b.*\(stream", body, re.M)), src.count("\ndef triton_"),
+                         moved, len(re.findall(r"^        \w+ = torch\.", body, re.M)),
                          len(re.findall(r"^        view\d+ = ", body, re.M))))
-            return gm
-
-        gm, single = _tuple_output(torch.fx.symbolic_trace(copy.deepcopy(fn) if isinstance(fn, nn.Module) else fn))
-        compiled = aot_module_simplified(gm, inputs, fw_compiler=compiler, bw_compiler=compiler,
-                                         decompositions=decomposition_table(),
-                                         partition_fn=min_cut_rematerialization_partition)
-        if training:
-            compiled(*inputs)[0].backward()
+        each_graph(fn, inputs, training, compiler)
         for graph, (k, d, mb, a, v) in zip(("forward", "backward"), rows):
             print(f"| {wname} | {graph} | {k} | {d} | {a} | {v} | {mb:.0f} |", flush=True)
 

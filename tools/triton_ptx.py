@@ -77,14 +77,8 @@ def compile_module(path, arch=90):
 
 def generated_modules(only, scale):
     """Paths of the modules generated for bench_triton's workloads (forward and backward)."""
-    import copy
-
-    from torch._functorch.aot_autograd import aot_module_simplified
-    from torch._functorch.partitioners import min_cut_rematerialization_partition
-
     import bench_triton
-    from pydynamo.backends.triton import _tuple_output, generate_source
-    from pydynamo.backends.triton.decomps import decomposition_table
+    from pydynamo.backends.triton import generate_source
     paths = []
     tmp = tempfile.mkdtemp(prefix="triton-ptx-")
     for wname, fn, inputs, _, training in bench_triton.workloads(torch.device("cpu"), scale):
@@ -97,13 +91,7 @@ def generated_modules(only, scale):
                 f.write(generate_source(gm))
             graph = "backward" if any(p[0].startswith(wname) for p in paths) else "forward"
             paths.append((f"{wname} {graph}", path))
-            return gm
-        gm, _ = _tuple_output(torch.fx.symbolic_trace(copy.deepcopy(fn) if isinstance(fn, torch.nn.Module) else fn))
-        compiled = aot_module_simplified(gm, inputs, fw_compiler=compiler, bw_compiler=compiler,
-                                         decompositions=decomposition_table(),
-                                         partition_fn=min_cut_rematerialization_partition)
-        if training:
-            compiled(*inputs)[0].backward()
+        bench_triton.each_graph(fn, inputs, training, compiler)
     return paths
 
 

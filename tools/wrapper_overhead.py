@@ -12,7 +12,6 @@ own, the part of a step's host time this backend can change. Compare before and 
 to wrapper.py on the same machine (minimum of several runs: the host is noisy).
 """
 import argparse
-import copy
 import importlib.util
 import os
 import statistics
@@ -26,8 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402
 
 import bench_triton as bt  # noqa: E402
-from pydynamo.backends.triton import _tuple_output, generate_source, runtime  # noqa: E402
-from pydynamo.backends.triton.decomps import decomposition_table  # noqa: E402
+from pydynamo.backends.triton import generate_source, runtime  # noqa: E402
 
 
 def _host_launch(self, stream, *args):
@@ -62,21 +60,13 @@ class _Torch:
 
 def graphs_of(fn, inputs, training):
     """(source, constants, input layouts) of each ATen graph AOTAutograd makes for ``fn``."""
-    from torch._functorch.aot_autograd import aot_module_simplified
-    from torch._functorch.partitioners import min_cut_rematerialization_partition
     out = []
 
     def compiler(gm, example_inputs):
         src = generate_source(gm).replace("DEVICE = torch.device('cpu')", "DEVICE = torch.device('meta')")
         consts = [getattr(gm, n.target) for n in gm.graph.nodes if n.op == "get_attr"]
         out.append((src, consts, [(tuple(t.shape), tuple(t.stride()), t.dtype) for t in example_inputs]))
-        return gm
-    gm, _ = _tuple_output(torch.fx.symbolic_trace(copy.deepcopy(fn)))
-    compiled = aot_module_simplified(gm, inputs, fw_compiler=compiler, bw_compiler=compiler,
-                                     decompositions=decomposition_table(),
-                                     partition_fn=min_cut_rematerialization_partition)
-    if training:
-        compiled(*inputs)[0].backward()
+    bt.each_graph(fn, inputs, training, compiler)
     return out
 
 
