@@ -104,8 +104,8 @@ def main():
                 call(list(metas))
                 times.append(time.perf_counter() - t)
             kind = ("forward", "backward")[i] if training and i < 2 else f"graph {i}"
-            print(f"{kind}: {src.count('Launch(')} distinct kernels; wrapper {statistics.median(times) * 1e6:.0f} µs median, "
-                  f"{min(times) * 1e6:.0f} µs min per call")
+            print(f"{kind}: {src.count('Launch(')} distinct kernels; wrapper "
+                  f"{statistics.median(times) * 1e6:.0f} µs median, {min(times) * 1e6:.0f} µs min per call")
             if args.profile:
                 import cProfile
                 import pstats

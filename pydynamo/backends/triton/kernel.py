@@ -397,7 +397,8 @@ class KernelCodegen:
         grid, config, warps = self._launch
         params = list(self.params.values())
         sig = ", ".join(params + [f"{k}: tl.constexpr" for k in config])
-        src = ["@triton.jit(debug=True)" if self.asserts else "@triton.jit", f"def {self.name}({sig}):"] + ["    " + l for l in lines]
+        head = "@triton.jit(debug=True)" if self.asserts else "@triton.jit"
+        src = [head, f"def {self.name}({sig}):"] + ["    " + l for l in lines]
         return "\n".join(src), list(self.params), grid, config, warps
 
     def _row_body(self, used, rblock):

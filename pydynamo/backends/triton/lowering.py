@@ -70,8 +70,9 @@ def _origins(node, args):
 # graph input named like one (a saved tensor called "empty_strided", a placeholder "buf0") is
 # renamed, or it would shadow it
 _WRAPPER_NAMES = {"torch", "triton", "tl", "libdevice", "empty_strided", "Launch", "launch_stream",
-                  "precompile", "restride", "index_put_accumulate", "aten", "prims", "DEVICE", "make", "call", "args", "stream",
-                  "fallback", "constants", "aligned", "sum_op", "max_op", "min_op", "max_nan", "min_nan"}
+                  "precompile", "restride", "index_put_accumulate", "aten", "prims", "DEVICE", "make", "call",
+                  "args", "stream", "fallback", "constants", "aligned", "sum_op", "max_op", "min_op", "max_nan",
+                  "min_nan"}
 _MADE_UP = re.compile(r"(buf|view|const|launch_|in_)\d+(_\d+)?$|triton_")
 
 

@@ -24,11 +24,11 @@ def cache_dir():
     return path
 
 
-def _write(path, text):
-    """Atomic write: concurrent processes may race to fill the same entry."""
+def _write(path, data):
+    """Atomic write (of text or bytes): concurrent processes may race to fill the same entry."""
     tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
+    with open(tmp, "wb" if isinstance(data, bytes) else "w") as f:
+        f.write(data)
     os.replace(tmp, path)
 
 
@@ -226,10 +226,7 @@ class Launch:
             path = os.path.join(cache_dir(), "cubin", f"{c.hash}.cubin")
             if not os.path.exists(path):
                 os.makedirs(os.path.dirname(path), exist_ok=True)
-                tmp = f"{path}.{os.getpid()}.tmp"
-                with open(tmp, "wb") as f:
-                    f.write(c.asm["cubin"])
-                os.replace(tmp, path)
+                _write(path, c.asm["cubin"])
             c._cubin_path = path
             k = cls(c)
             device = driver.active.get_current_device()
