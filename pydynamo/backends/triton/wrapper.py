@@ -319,11 +319,14 @@ class WrapperCodegen:
                     self.lines.append(f"{o.name} = {it.name}[{i}]")
             self.lines.append(f"del {it.name}")
         for o in it.outputs:
-            if isinstance(o, FallbackBuffer) and (o.name in kernel_reads or o.name in view_bases and not it.aliasing
-                                                  and not in_place):
+            if not isinstance(o, FallbackBuffer):
+                continue
+            # a fresh result that gets views: restrided, so its views know its layout
+            viewed = o.name in view_bases and not it.aliasing and not in_place
+            if o.name in kernel_reads or viewed:
                 self.lines.append(f"{o.name} = restride({o.name}, {o.shape}, {o.stride})")
-                if o.name in view_bases and not it.aliasing and not in_place:
-                    layouts[o.name] = (_meta(o.shape, o.stride, o.dtype), False, o.name)
+            if viewed:
+                layouts[o.name] = (_meta(o.shape, o.stride, o.dtype), False, o.name)
 
     def _module(self):
         g = self.g
