@@ -89,10 +89,10 @@ def compile_aten_graph(gm, example_inputs):
 
 
 def generate_source(gm):
-    from .lowering import GraphLowering
+    from .lowering import GraphLowering, unfuse_bias
     from .scheduler import schedule
     from .wrapper import WrapperCodegen
-    g = GraphLowering(gm).run()
+    g = GraphLowering(unfuse_bias(gm)).run()
     inputs = [b.name for b in g.inputs] + [b.name for b, _ in g.constants]
     return WrapperCodegen(g, schedule(g.items, inputs)).generate()
 

@@ -91,38 +91,37 @@ def index_put_accumulate(base, indices, values, in_place):
     return out.index_add_(0, flat, values.reshape((flat.numel(),) + base.shape[1:]))
 
 
+_pool = None
+
+
+def _compile_pool():
+    global _pool
+    if _pool is None:
+        from concurrent.futures import ThreadPoolExecutor
+        _pool = ThreadPoolExecutor(min(os.cpu_count() or 1, 16), thread_name_prefix="pydynamo-compile")
+    return _pool
+
+
 def precompile(launches):
-    """Compile a graph's kernels in parallel threads when its wrapper is made (Triton's compiler
-    releases the GIL for most of its work, and ptxas runs as a subprocess), rather than one by one
-    as the first call reaches them. Then each kernel is loaded into torch's prebuilt CUDA launcher
-    (static_launcher()), so no launch needs the C launcher Triton builds with gcc; where torch has
-    none, those launchers are built here, beside the compiles, rather than serially at each
-    kernel's first launch. Kernels that fail here are compiled by that call as usual."""
+    """Start compiling a graph's kernels in worker threads when its wrapper is made (Triton's
+    compiler releases the GIL for most of its work, and ptxas runs as a subprocess), and return at
+    once: the compiles run beside the rest of the compile (AOTAutograd's backward graph, say) and
+    each launch site waits for its own kernel at its first call (Launch._settle), which then loads
+    it into torch's prebuilt CUDA launcher (static_launcher()), so no launch needs the C launcher
+    Triton builds with gcc. Where torch has none, those launchers are built here too. Kernels that
+    fail here are compiled by their first call as usual."""
     if not launches or os.environ.get("TRITON_INTERPRET", "0") == "1":
         return
     try:
-        from concurrent.futures import ThreadPoolExecutor
-
         from triton.runtime.driver import driver
         driver.active.get_current_device()  # initialize the driver once, in this thread
         static = static_launcher()
-        shapes = [] if static else sorted({(len(launch.dtypes), len(launch.constexprs)) for launch in launches})
-        with ThreadPoolExecutor(min(len(launches) + len(shapes), os.cpu_count() or 1, 16)) as pool:
-            builds = [pool.submit(build_launcher, n, k) for n, k in shapes]
-            compiles = [pool.submit(launch.warmup) for launch in launches]
-            errors = [f.exception() for f in compiles]
-            built = [f.result() for f in builds]
-        failed = [e for e in errors if e is not None]
-        if failed:
-            log.debug("precompile: %d of %d kernels left to their first call (%s)", len(failed), len(launches),
-                      failed[0])
-        if not all(built):
-            log.debug("precompile: %d launchers left to the first call", built.count(False))
-        if static:
-            loaded = sum(launch.load_static(static) for launch, e in zip(launches, errors) if e is None)
-            if loaded < len(launches):
-                log.debug("precompile: %d of %d kernels launch through Triton's launcher", len(launches) - loaded,
-                          len(launches))
+        pool = _compile_pool()
+        builds = {} if static else {shape: pool.submit(build_launcher, *shape) for shape in
+                                    sorted({(len(launch.dtypes), len(launch.constexprs)) for launch in launches})}
+        for launch in launches:
+            launch.pending = (pool.submit(launch.warmup), builds.get((len(launch.dtypes), len(launch.constexprs))),
+                              static)
     except Exception as e:  # the first call compiles them
         log.debug("precompile skipped: %s", e)
 
@@ -199,7 +198,7 @@ class Launch:
     a launch is never specialized wrongly."""
 
     __slots__ = ("kernel", "grid", "num_warps", "dtypes", "constexprs", "compiled", "device", "aligned", "tail",
-                 "warm", "static", "options")
+                 "warm", "static", "options", "pending")
 
     def __init__(self, kernel, grid, num_warps, dtypes, **constexprs):
         self.kernel, self.grid, self.num_warps, self.constexprs = kernel, grid, num_warps, constexprs
@@ -207,7 +206,7 @@ class Launch:
         # Triton's int32 overflow checks, which debug would also turn on, stay off
         self.options = {"sanitize_overflow": False} if getattr(kernel, "debug", None) else {}
         self.dtypes = dtypes  # of the pointer arguments, for warmup()
-        self.compiled = self.warm = self.static = None
+        self.compiled = self.warm = self.static = self.pending = None
 
     def warmup(self):
         """Compile for 16-byte aligned arguments of these dtypes (what a first call will
@@ -260,10 +259,27 @@ class Launch:
                 and tuple(a.data_ptr() % 16 == 0 for a in args) == self.aligned:
             c.run(self.grid, 1, 1, stream[1], c.function, c.packed_metadata, None, None, None, *args, *self.tail)
             return
+        if self.pending is not None:  # the first call: precompile's work for this site is done first
+            self._settle()
+            self(launch_stream(), *args)
+            return
         c = self.kernel.run(*args, grid=(self.grid,), warmup=False, num_warps=self.num_warps, **self.constexprs,
                             **self.options)
         if self.compiled is None:
             self._remember(c, args)
+
+    def _settle(self):
+        """Wait for precompile's compile of this kernel (and its C launcher), then load it into
+        the static launcher. A compile that failed is left to Triton's JIT."""
+        (warm, build, static), self.pending = self.pending, None
+        if build is not None:
+            build.result()
+        error = warm.exception()
+        if error is not None:
+            log.debug("%s: compiled at its first launch (ahead: %s)", getattr(self.kernel, "__name__", self.kernel),
+                      error)
+        elif static is not None:
+            self.load_static(static)
 
     def owned(self, stream, *args):
         """A launch whose arguments are all buffers the wrapper allocated (offset 0, so 16-byte
