@@ -155,3 +155,45 @@ def test_an_out_of_range_index_fails_like_eager():
     assert "good ok" in p.stdout, p.stderr[-3000:]
     assert "no error" not in p.stdout and p.returncode != 0
     assert "index out of bounds" in p.stderr or "device-side assert" in p.stderr, p.stderr[-3000:]
+
+
+def test_kernels_compile_in_worker_processes_once_they_are_ready(monkeypatch, tmp_path):
+    """With compile workers ready, the parent compiles nothing itself: its warmup of each kernel
+    finds what a worker put in Triton's disk cache."""
+    import time
+
+    import triton.compiler.compiler as tc
+
+    from pydynamo.backends.triton import compile_worker
+    monkeypatch.setenv("PYDYNAMO_TRITON_COMPILE_WORKERS", "4")
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    monkeypatch.setenv("PYDYNAMO_CACHE_DIR", str(tmp_path / "pydynamo"))
+    from triton.runtime.driver import driver
+
+    from pydynamo.backends.triton import runtime
+    monkeypatch.setattr(compile_worker, "_workers", None)
+    monkeypatch.setattr(runtime, "_modules", {})  # no module (nor kernel) compiled before
+    w = compile_worker.workers(driver.active.get_current_target())
+    start = time.time()
+    while w.ready < 4 and time.time() - start < 120:
+        time.sleep(0.05)
+    assert w.ready == 4
+    made_here = []
+    orig = tc.ASTSource.make_ir
+
+    def recording(self, *args, **kwargs):
+        made_here.append(self.fn.__name__)
+        return orig(self, *args, **kwargs)
+    monkeypatch.setattr(tc.ASTSource, "make_ir", recording)
+    pydynamo.reset()
+
+    def g(x, y):
+        a = torch.softmax(x * 3.0, dim=-1)
+        return torch.tanh(a @ y) + a.sum(-1, keepdim=True) * 1.5 + torch.erf(x).mean()
+
+    opt = pydynamo.optimize("triton")(g)
+    x, y = torch.randn(64, 72, device="cuda"), torch.randn(72, 72, device="cuda")
+    torch.testing.assert_close(opt(x, y), g(x, y))
+    assert not made_here, made_here
+    x, y = torch.randn(64, 72, device="cuda"), torch.randn(72, 72, device="cuda")
+    torch.testing.assert_close(opt(x, y), g(x, y))

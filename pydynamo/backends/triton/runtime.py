@@ -103,10 +103,10 @@ def _compile_pool():
 
 
 def precompile(launches):
-    """Start compiling a graph's kernels in worker threads when its wrapper is made (Triton's
-    compiler releases the GIL for most of its work, and ptxas runs as a subprocess), and return at
-    once: the compiles run beside the rest of the compile (AOTAutograd's backward graph, say) and
-    each launch site waits for its own kernel at its first call (Launch._settle), which then loads
+    """Start compiling a graph's kernels when its wrapper is made, in compile worker processes
+    (compile_worker.py) or, until they are ready, in threads here, and return at once: the
+    compiles run beside the rest of the compile (AOTAutograd's backward graph, say) and each
+    launch site waits for its own kernel at its first call (Launch._settle), which then loads
     it into torch's prebuilt CUDA launcher (static_launcher()), so no launch needs the C launcher
     Triton builds with gcc. Where torch has none, those launchers are built here too. Kernels that
     fail here are compiled by their first call as usual."""
@@ -115,15 +115,27 @@ def precompile(launches):
     try:
         from triton.runtime.driver import driver
         driver.active.get_current_device()  # initialize the driver once, in this thread
+        from . import compile_worker
+        target = driver.active.get_current_target()
+        workers = compile_worker.workers(target)
         static = static_launcher()
         pool = _compile_pool()
         builds = {} if static else {shape: pool.submit(build_launcher, *shape) for shape in
                                     sorted({(len(launch.dtypes), len(launch.constexprs)) for launch in launches})}
         for launch in launches:
-            launch.pending = (pool.submit(launch.warmup), builds.get((len(launch.dtypes), len(launch.constexprs))),
-                              static)
+            launch.pending = (pool.submit(_compile, launch, workers, target),
+                              builds.get((len(launch.dtypes), len(launch.constexprs))), static)
     except Exception as e:  # the first call compiles them
         log.debug("precompile skipped: %s", e)
+
+
+def _compile(launch, workers, target):
+    """Compile ``launch``'s kernel: in a worker process when one is ready (warmup then finds it in
+    Triton's disk cache), else here."""
+    if workers is not None:
+        from .compile_worker import task
+        workers.compile(task(launch, target))
+    launch.warmup()
 
 
 def static_launcher():
