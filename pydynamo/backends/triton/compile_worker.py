@@ -52,11 +52,12 @@ class Workers:
 
     def _start_all(self):
         procs = []
+        env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # workers compile for real
         for _ in range(self.count):
             try:
                 target = [] if self.target is None else [",".join(map(str, self.target))]
                 procs.append(subprocess.Popen([sys.executable, "-m", __name__, *target], stdin=subprocess.PIPE,
-                                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL))
+                                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env))
             except OSError as e:
                 log.debug("compile worker not started: %s", e)
         for p in procs:
