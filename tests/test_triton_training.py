@@ -112,6 +112,17 @@ def test_addmm_kept_where_its_result_is_not_only_pointwise(caplog):
     assert src.count("torch.addmm(") == 1 and "torch.mm(" not in src
 
 
+def test_addmm_kept_in_bfloat16(caplog):
+    """cuBLAS's bf16 GEMM with its bias epilogue measured as fast as mm + a fused add: kept."""
+    caplog.set_level(logging.INFO, logger="pydynamo.output_code")
+    model = MLP().to(torch.bfloat16)
+    x = torch.randn(4, 16, dtype=torch.bfloat16)
+    with torch.no_grad():
+        torch.testing.assert_close(compile_module(model, x)(x), model(x), atol=2e-2, rtol=2e-2)
+    src = [r.args[1] for r in caplog.records][-1]
+    assert src.count("torch.addmm(") == 2 and "torch.mm(" not in src
+
+
 def test_gelu_mlp_training():
     x = torch.randn(2, 3, 16, requires_grad=False)
     train_step_matches(MLP(), [x])
