@@ -283,7 +283,10 @@ class Launch:
     def _settle(self):
         """Wait for precompile's compile of this kernel (and its C launcher), then load it into
         the static launcher. A compile that failed is left to Triton's JIT."""
-        (warm, build, static), self.pending = self.pending, None
+        pending, self.pending = self.pending, None
+        if pending is None:  # another thread's first call got here first
+            return
+        warm, build, static = pending
         if build is not None:
             build.result()
         error = warm.exception()
