@@ -791,6 +791,64 @@ def test_a_refused_static_launch_falls_back_to_triton():
     assert len(Kernel.runs) == 2
 
 
+def test_a_launch_site_waits_for_its_precompile_once():
+    """precompile() returns before the kernels are compiled; a site's first call waits for its
+    own compile (and the launcher build), loads the kernel into the static launcher, then
+    launches; a compile that failed is left to Triton's JIT. Later calls do not wait again."""
+    import threading
+    import time
+    from concurrent.futures import Future
+
+    from pydynamo.backends.triton.runtime import Launch
+
+    class Kernel:
+        debug = None
+        runs = []
+
+        def run(self, *args, **kwargs):
+            self.runs.append(args)
+
+    events = []
+
+    def finish_later(future, value, delay):
+        def done():
+            time.sleep(delay)
+            events.append("compiled")
+            future.set_result(value) if not isinstance(value, Exception) else future.set_exception(value)
+        threading.Thread(target=done).start()
+
+    class Static:  # stands for torch's static launcher class
+        pass
+
+    loaded = []
+
+    class Probe(Launch):
+        loads = False
+
+        def load_static(self, cls):
+            loaded.append(cls)
+            return self.loads
+
+    launch = Probe(Kernel(), 4, 4, (torch.float32,), XBLOCK=64)
+    warm, build = Future(), Future()
+    build.set_result(True)
+    finish_later(warm, None, 0.2)
+    launch.pending = (warm, build, Static)
+    t = torch.zeros(256)
+    launch.owned(None, t)
+    assert events == ["compiled"] and loaded == [Static] and launch.pending is None
+    assert len(Kernel.runs) == 1  # not loaded statically (load_static said False): Triton's JIT
+    launch(None, t)
+    assert loaded == [Static] and len(Kernel.runs) == 2
+
+    failed = Probe(Kernel(), 4, 4, (torch.float32,), XBLOCK=64)
+    warm = Future()
+    warm.set_exception(RuntimeError("ptxas failed"))
+    failed.pending = (warm, None, Static)
+    failed(None, t)
+    assert loaded == [Static] and len(Kernel.runs) == 3  # compiled by its first launch instead
+
+
 def test_wrapper_overhead_tool_runs_the_wrappers_on_meta_tensors(tmp_path, monkeypatch):
     """tools/wrapper_overhead.py times the generated wrappers of a training step on meta tensors
     with launches and matmuls stubbed: both graphs run and return outputs of the traced shapes."""
