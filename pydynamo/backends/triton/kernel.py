@@ -297,11 +297,13 @@ class KernelCodegen:
         worst = ops.neutral("max" if big else "min", red.acc_dtype)
         cmp, pick = (">", "max") if big else ("<", "min")
         nan = red.acc_dtype.is_floating_point
+
+        def at_best(v, best):  # where v holds the best value (NaN matching NaN)
+            return f"({v} == {best})" + (f" | (({best} != {best}) & ({v} != {v}))" if nan else "")
         if self.persistent:
             vals = self.emit(f"tl.where(xmask & rmask, {value}, {worst})")
             best = self.emit(f"tl.reduce({vals}, 1, {pick}_{'nan' if nan else 'op'})[:, None]")
-            hit = f"({vals} == {best})" + (f" | (({best} != {best}) & ({vals} != {vals}))" if nan else "")
-            hit = self.emit(f"xmask & rmask & ({hit})")
+            hit = self.emit(f"xmask & rmask & ({at_best(vals, best)})")
             result = self.emit(f"tl.reduce(tl.where({hit}, {pos}, {NO_INDEX}), 1, min_op)[:, None]")
         else:
             accv, acci = f"acc{self.count}", f"acc{self.count + 1}"
@@ -318,8 +320,7 @@ class KernelCodegen:
                 f"{acci} = tl.where({take}, {pos}, {acci})"])
             self.section = ("post", p.phase)
             best = self.emit(f"tl.reduce({accv}, 1, {pick}_{'nan' if nan else 'op'})[:, None]")
-            hit = f"({accv} == {best})" + (f" | (({best} != {best}) & ({accv} != {accv}))" if nan else "")
-            result = self.emit(f"tl.reduce(tl.where({hit}, {acci}, {NO_INDEX}), 1, min_op)[:, None]")
+            result = self.emit(f"tl.reduce(tl.where({at_best(accv, best)}, {acci}, {NO_INDEX}), 1, min_op)[:, None]")
         self.produced[p.buf.name] = result
         self._store(p, result)
 
