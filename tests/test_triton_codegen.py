@@ -383,7 +383,7 @@ def test_a_repeated_layer_reuses_its_kernel(sources):
 
     def fn(x):
         for _ in range(3):
-            x = torch.tanh(x * 2 + 1) @ w
+            x = torch.tanh((x @ w) * 2 + 1)
         return x
     check(fn, r(8, 16), atol=1e-5, rtol=1e-5)
     src = sources()[0]
@@ -644,14 +644,60 @@ def test_generated_code_is_readable_and_cached(sources, monkeypatch):
 
 
 def test_buffer_reuse(sources):
+    """A kernel's output takes the memory of a dead buffer of its layout. (Here each kernel reads
+    the matmul's result transposed, so it cannot write into that result instead.)"""
     w = r(8, 8)
 
     def f(x):
         for _ in range(3):
-            x = torch.tanh(x @ w) + 1
+            x = torch.tanh(x @ w).t() + 1
         return x
     check(f, r(8, 8), atol=1e-5, rtol=1e-5)
-    assert "# reuse" in sources()[0]
+    src = sources()[0]
+    assert "# reuse" in src and "in_out_ptr" not in src
+
+
+def test_a_kernel_writes_into_an_input_whose_last_use_it_is(sources):
+    """gelu(x @ w1 + b1) @ w2 + b2 + x: each kernel stores its result over the matmul result it
+    reads, element for element, instead of allocating; the graph input x and a result still
+    needed later are never written."""
+    w1, b1, w2, b2 = r(16, 64), r(64), r(64, 16), r(16)
+    check(lambda x: (F.gelu(x @ w1 + b1) @ w2 + b2 + x), r(8, 16), atol=1e-5, rtol=1e-5)
+    src = sources()[0]
+    assert src.count("# written in place") == 2 and src.count("(in_out_ptr0, ") == 2
+    assert "empty_strided(" not in src
+    def returned(x):
+        m = x @ w1
+        return torch.tanh(m), m
+
+    def read_later(x):
+        m = x @ w1
+        return (torch.tanh(m) * 2) @ m.t()
+    check(returned, r(8, 16), atol=1e-5, rtol=1e-5)
+    check(read_later, r(8, 16), atol=1e-4, rtol=1e-4)
+    check(lambda x: (torch.tanh(x * 2), x), r(8, 16))
+    assert all("in_out_ptr" not in s for s in sources()[1:])
+
+
+def test_a_row_kernel_writes_in_place_only_after_its_last_read(monkeypatch, sources):
+    """Looped softmax over a matmul's result that also returns 2 * m: the loop that reads m for
+    the max and sum comes before the one that writes the softmax, but 2 * m is written in the
+    first loop. Only the softmax may take m's memory: 2 * m there would change the m that the
+    second loop reads."""
+    monkeypatch.setattr(scheduler, "PERSISTENT_MAX", 16)
+    monkeypatch.setattr(kernel, "LOOP_RBLOCK", 8)
+    w = r(16, 50)
+
+    def fn(x):
+        m = x @ w
+        return m * 2, torch.softmax(m, -1)
+    check(fn, r(6, 16), atol=1e-5, rtol=1e-5)
+    src = sources()[0]
+    assert src.count("for roffset in range(0, 50, RBLOCK):") == 2
+    assert src.count("# written in place") == 1
+    (line,) = [l for l in src.splitlines() if "# written in place" in l]
+    softmax = re.search(r"return \((\w+), (\w+),?\)", src).group(2)
+    assert line.strip().startswith(f"{softmax} = ")
 
 
 def test_stride_mismatch_falls_back_to_aten():

@@ -70,6 +70,7 @@ class KernelCodegen:
         self.section = "body"
         self.cse = {}
         self.produced = {}        # buffer name -> value variable
+        self.indices = {}         # buffer name -> the index text of each load or store of it
         self.count = 0
         self.masks = []           # conditions every load made now is masked with (see masked())
         self.asserts = False      # whether the kernel checks indices (compiled with debug=True)
@@ -171,11 +172,14 @@ class KernelCodegen:
         vs = _vars_of(offset)
         if not vs:
             text = f"tl.load({param} + {self.render(offset)})"
+            self.indices.setdefault(buf.name, []).append(None)  # one element for every lane
         else:
             mask = " & ".join([self._mask(vs)] + self.masks)
             # the same elements for every program (a weight along the row): keep them in L2
             hint = ", eviction_policy='evict_last'" if self.row and not vs & self.xvars else ""
-            text = f"tl.load({param} + ({self.render(offset)}), {mask}, other=0{hint})"
+            index = self.render(offset)
+            self.indices.setdefault(buf.name, []).append(index)
+            text = f"tl.load({param} + ({index}), {mask}, other=0{hint})"
         if ops.compute_dtype(buf.dtype) != buf.dtype:
             text += f".to({ops.TL_DTYPE[ops.compute_dtype(buf.dtype)]})"
         return self.emit(text)
@@ -210,6 +214,7 @@ class KernelCodegen:
         off = p.store_offset
         vs = _vars_of(off)
         index = self.render(off) if vs else f"0 * xindex + {off.const}"
+        self.indices.setdefault(buf.name, []).append(index if vs else None)
         cast = f".to({ops.TL_DTYPE[buf.dtype]})" if ops.compute_dtype(buf.dtype) != buf.dtype else ""
         mask = self._mask(vs | ({"x"} if not vs else set()))
         if self.row and p.level == "full" and self.space.rnumel > 1 and not any(v.startswith("r") for v in vs):
@@ -395,12 +400,45 @@ class KernelCodegen:
         return lines
 
     def _finish(self, lines):
+        self._lines = lines
         grid, config, warps = self._launch
-        params = list(self.params.values())
+        params = list(dict.fromkeys(self.params.values()))
         sig = ", ".join(params + [f"{k}: tl.constexpr" for k in config])
         head = "@triton.jit(debug=True)" if self.asserts else "@triton.jit"
         src = [head, f"def {self.name}({sig}):"] + ["    " + l for l in lines]
-        return "\n".join(src), list(self.params), grid, config, warps
+        # one buffer per parameter: an input the kernel updates in place stands for its output
+        first = {}
+        for n, p in self.params.items():
+            first.setdefault(p, n)
+        names = [first[p] for p in params]
+        return "\n".join(src), names, grid, config, warps
+
+    # ---- writing an output into a dying input's memory ----
+    def can_update(self, inp, out):
+        """Whether the kernel may store ``out`` through ``inp``'s pointer (the wrapper knows that
+        ``inp`` dies here and has ``out``'s layout): every load of ``inp`` reads exactly the
+        element that ``out``'s one store writes (the same index text, so the same lane of the
+        same program) and comes before that store in the program. No program then reads an
+        element that another has written, or one it has overwritten itself."""
+        loads, stores = self.indices.get(inp), self.indices.get(out)
+        if not loads or not stores or len(stores) != 1 or stores[0] is None or \
+                not self.params.get(inp, "").startswith("in_ptr") or any(i != stores[0] for i in loads):
+            return False
+        lp, sp = self.params[inp], self.params[out]
+        load_at = [i for i, l in enumerate(self._lines) if f"tl.load({lp} +" in l]
+        store_at = [i for i, l in enumerate(self._lines) if f"tl.store({sp} +" in l]
+        return len(store_at) == 1 and max(load_at) < store_at[0]
+
+    def update(self, pairs):
+        """The kernel again, each output of ``pairs`` (output name -> input name, each passing
+        can_update) stored through its input's pointer, now one parameter ``in_out_ptrN``."""
+        lines = self._lines
+        for k, (out, inp) in enumerate(pairs.items()):
+            new = f"in_out_ptr{k}"
+            for old in (self.params[inp], self.params[out]):
+                lines = [re.sub(rf"\b{old}\b", new, l) for l in lines]
+            self.params[inp] = self.params[out] = new
+        return self._finish(lines)
 
     def _row_body(self, used, rblock):
         rdefs = [_mask("rmask", "rindex", self.space.rnumel, rblock, "[1, RBLOCK]")]

@@ -3,8 +3,10 @@ which returns ``call(args)``, plain Python that allocates buffers, launches kern
 calls ATen for fallback ops and returns the outputs.
 
 Buffers are freed at their last use and their memory handed to the next buffer of the same
-size, stride and dtype (a store-only reuse: a kernel never writes the memory it reads, since
-frees happen after the item that last reads them). An out-of-place ATen op that copies its first
+size, stride and dtype (frees happen after the item that last reads them). A kernel that reads a
+buffer for the last time, element for element where it stores an output of that layout, stores
+the output over it instead (``in_out_ptr``): no allocation, and the lines it writes are ones it
+just read. An out-of-place ATen op that copies its first
 argument and then writes into the copy (index_put, scatter_add, ...) runs in place instead when
 that argument is a buffer of ours with no later use: no copy.
 """
@@ -22,6 +24,11 @@ aten = torch.ops.aten
 IN_PLACE = {aten.index_put.default: aten.index_put_.default, aten.scatter_add.default: aten.scatter_add_.default,
             aten.index_add.default: aten.index_add_.default, aten.scatter.src: aten.scatter_.src,
             aten.scatter.value: aten.scatter_.value, aten.index_copy.default: aten.index_copy_.default}
+
+# ops whose result is always a new tensor that nothing else reaches: a kernel may overwrite it
+# once it is read for the last time (other ops, views among them, can return memory shared)
+FRESH_RESULT = {aten.mm.default, aten.bmm.default, aten.addmm.default, aten.baddbmm.default,
+                aten.convolution.default}
 
 # ops whose result is always a new tensor with contiguous strides (ATen allocates it so, on every
 # device): no restride() of it is needed where its meta strides are contiguous too
@@ -118,7 +125,7 @@ def _describe(group, most=3):
     return "".join(f"_{n}" for n in sorted(sorted(names, key=lambda n: (-len(n), n))[:most]))
 
 
-def _traffic(src, params, buffers, elements):
+def _traffic(src, params, buffers, elements, stored):
     """``(reads X MB, writes Y MB)``: what a kernel moves to and from memory, each buffer counted
     once per loop that loads it (a looped row kernel reads its rows once per phase), and at most
     once per element the kernel visits (a gather reads one element per row). With a profile's
@@ -130,7 +137,7 @@ def _traffic(src, params, buffers, elements):
         if buf is None:
             continue
         size = min(math.prod(buf.shape), elements) * buf.dtype.itemsize
-        if param.startswith("out_ptr"):
+        if name in stored:
             write += size
         else:
             read += size * max(1, sum(f"tl.load({param} +" in body for body in loops))
@@ -168,15 +175,22 @@ class WrapperCodegen:
         # (restrided), buffers we allocated, and views of these
         layouts = {b.name: b for b in g.inputs if any(s > 1 for s in b.shape)}
         view_bases = {it.base for it in seq if isinstance(it, ViewOp)}
+        # tensors that other names may reach: never updated in place by a kernel
+        self.shared = view_bases | {n for it in seq if isinstance(it, FallbackOp) and it.aliasing for n in it.reads}
+        self.exclusive = {}  # name -> layout of a FRESH_RESULT fallback result
         self.pending = {}  # view name -> its line, written where a non-view first needs the view
         for i, it in enumerate(seq):
             if not isinstance(it, ViewOp):
                 for name in sorted(reads[i]):
                     self._materialize(name)
             if isinstance(it, Group):
-                self._group(i, it, needed, owned, pool)
+                self._group(i, it, needed, owned, pool, last)
             elif isinstance(it, FallbackOp):
-                self._fallback(it, kernel_reads, self._in_place(it, i, last, owned), view_bases, layouts)
+                in_place = self._in_place(it, i, last, owned)
+                self._fallback(it, kernel_reads, in_place, view_bases, layouts)
+                if it.op in FRESH_RESULT and not in_place:
+                    self.exclusive.update((o.name, (o.shape, o.stride, o.dtype)) for o in it.outputs
+                                          if isinstance(o, FallbackBuffer) and o.name not in self.shared)
             else:
                 self._view(it, owned, layouts)
             for name in sorted(n for n, at in last.items() if at == i):
@@ -243,14 +257,17 @@ class WrapperCodegen:
         inputs = {b.name for b in self.g.inputs} | {b.name for b, _ in self.g.constants}
         return {n: at for n, at in last.items() if at < len(reads) and n not in inputs}
 
-    def _group(self, i, group, needed, owned, pool):
+    def _group(self, i, group, needed, owned, pool, last):
         stored = {p.buf.name for p in group.members if p.buf.name in needed}
         kind = "row" if group.space.is_row else "pointwise"
         codegen = KernelCodegen(group, "KERNEL", stored)
         src, params, grid, config, warps = codegen.generate()
+        updates = self._updates(i, group, codegen, stored, owned, last)
+        if updates:
+            src, params, grid, config, warps = codegen.update(updates)
         computes = ", ".join(f"{p.buf.name}{'' if p.buf.name in stored else ' (kept in registers)'}"
                              for p in group.members)
-        computes += " " + _traffic(src, codegen.params, self._buffers(), group.space.xnumel * group.space.rnumel)
+        computes += " " + _traffic(src, codegen.params, self._buffers(), group.space.xnumel * group.space.rnumel, stored)
         cfg = "".join(f", {k}={v}" for k, v in config.items())
         dtypes = ", ".join(str(codegen.dtypes[p]) for p in params)
         # a kernel identical to an earlier one (the same layer repeated) is defined, compiled
@@ -265,18 +282,28 @@ class WrapperCodegen:
         else:
             self.same[key][1].append(computes)
         launch = self.same[key][0]
+        ours = set(owned)  # buffers we allocated: 16-byte aligned
         for p in group.members:
             b = p.buf
             if b.name not in stored:
                 continue
             key = (b.shape, b.stride, b.dtype)
+            if b.name in updates:
+                x = updates[b.name]
+                self.lines.append(f"{b.name} = {x}  # written in place: this kernel is {x}'s last use")
+                if x in owned:
+                    owned[b.name] = owned.pop(x)
+                else:
+                    self.exclusive[b.name] = self.exclusive.pop(x)
+                continue
             if pool.get(key):
                 self.lines.append(f"{b.name} = {pool[key].pop()}  # reuse")
             else:
                 dtype = str(b.dtype)
                 self.lines.append(f"{b.name} = empty_strided({b.shape}, {b.stride}, device=DEVICE, dtype={dtype})")
             owned[b.name] = key
-        inputs = [n for n in params if n not in owned]
+            ours.add(b.name)
+        inputs = [n for n in params if n not in ours]
         if not inputs:
             site = f"{launch}.owned"
         elif all(n in self.input_names for n in inputs):  # graph inputs: checked once per call
@@ -285,6 +312,25 @@ class WrapperCodegen:
         else:
             site = launch
         self.lines.append(f"{site}({', '.join(['stream'] + params)})")
+
+    def _updates(self, i, group, codegen, stored, owned, last):
+        """{output: input} for outputs of this kernel that it can write into the memory of an
+        input read here for the last time: a buffer of ours, or a FRESH_RESULT op's result, of the
+        output's layout, that no view or other name reaches, and whose every load in the kernel
+        reads the element being stored (KernelCodegen.can_update). That saves an allocation and
+        writes lines that are already in cache."""
+        updates = {}
+        for p in group.members:
+            b = p.buf
+            if b.name not in stored:
+                continue
+            for x in codegen.params:
+                layout = owned.get(x) or self.exclusive.get(x)
+                if last.get(x) == i and x not in self.shared and x not in updates.values() \
+                        and layout == (b.shape, b.stride, b.dtype) and codegen.can_update(x, b.name):
+                    updates[b.name] = x
+                    break
+        return updates
 
     def _buffers(self):
         """Every buffer a kernel may touch, by name (for the traffic notes)."""
