@@ -367,6 +367,7 @@ class KernelCodegen:
         if self._needs_int64():  # offsets past 2**31 elements: index in 64 bits
             lines = [l.replace("tl.program_id(0) * XBLOCK", "tl.program_id(0).to(tl.int64) * XBLOCK", 1)
                      for l in lines]
+        self._lines = lines
         return self._finish(lines)
 
     def _needs_int64(self):
@@ -399,16 +400,18 @@ class KernelCodegen:
         self._launch = (grid, config, warps)
         return lines
 
-    def _finish(self, lines):
-        self._lines = lines
+    def _finish(self, lines, by_name=None):
+        """(source, the buffer of each parameter, grid, config, warps); ``by_name``: buffer
+        name -> parameter, when not ``self.params`` (see update())."""
+        by_name = by_name or self.params
         grid, config, warps = self._launch
-        params = list(dict.fromkeys(self.params.values()))
+        params = list(dict.fromkeys(by_name.values()))
         sig = ", ".join(params + [f"{k}: tl.constexpr" for k in config])
         head = "@triton.jit(debug=True)" if self.asserts else "@triton.jit"
         src = [head, f"def {self.name}({sig}):"] + ["    " + l for l in lines]
         # one buffer per parameter: an input the kernel updates in place stands for its output
         first = {}
-        for n, p in self.params.items():
+        for n, p in by_name.items():
             first.setdefault(p, n)
         names = [first[p] for p in params]
         return "\n".join(src), names, grid, config, warps
@@ -431,14 +434,15 @@ class KernelCodegen:
 
     def update(self, pairs):
         """The kernel again, each output of ``pairs`` (output name -> input name, each passing
-        can_update) stored through its input's pointer, now one parameter ``in_out_ptrN``."""
-        lines = self._lines
+        can_update) stored through its input's pointer, now one parameter ``in_out_ptrN``
+        (``self.params`` keeps the kernel's plain parameters)."""
+        lines, by_name = self._lines, dict(self.params)
         for k, (out, inp) in enumerate(pairs.items()):
             new = f"in_out_ptr{k}"
-            for old in (self.params[inp], self.params[out]):
+            for old in (by_name[inp], by_name[out]):
                 lines = [re.sub(rf"\b{old}\b", new, l) for l in lines]
-            self.params[inp] = self.params[out] = new
-        return self._finish(lines)
+            by_name[inp] = by_name[out] = new
+        return self._finish(lines, by_name)
 
     def _row_body(self, used, rblock):
         rdefs = [_mask("rmask", "rindex", self.space.rnumel, rblock, "[1, RBLOCK]")]

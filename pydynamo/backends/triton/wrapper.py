@@ -11,6 +11,7 @@ argument and then writes into the copy (index_put, scatter_add, ...) runs in pla
 that argument is a buffer of ours with no later use: no copy.
 """
 import math
+import re
 
 import torch
 
@@ -129,17 +130,18 @@ def _traffic(src, params, buffers, elements, stored):
     """``(reads X MB, writes Y MB)``: what a kernel moves to and from memory, each buffer counted
     once per loop that loads it (a looped row kernel reads its rows once per phase), and at most
     once per element the kernel visits (a gather reads one element per row). With a profile's
-    time this is the kernel's achieved bandwidth."""
+    time this is the kernel's achieved bandwidth. ``params``: the buffer of each parameter."""
     loops = src.split("for roffset in range(")[1:]
+    signature = re.search(r"def \w+\((.*?)\):", src).group(1).split(", ")
     read = write = 0
-    for name, param in params.items():
+    for name, param in zip(params, signature):
         buf = buffers.get(name)
         if buf is None:
             continue
         size = min(math.prod(buf.shape), elements) * buf.dtype.itemsize
-        if name in stored:
+        if name in stored or param.startswith("in_out_ptr"):
             write += size
-        else:
+        if name not in stored:
             read += size * max(1, sum(f"tl.load({param} +" in body for body in loops))
     return f"(reads {read / 2**20:.3g} MB, writes {write / 2**20:.3g} MB)"
 
@@ -262,17 +264,24 @@ class WrapperCodegen:
         kind = "row" if group.space.is_row else "pointwise"
         codegen = KernelCodegen(group, "KERNEL", stored)
         src, params, grid, config, warps = codegen.generate()
+
+        def same_key(src, params, grid, config, warps):
+            cfg = "".join(f", {k}={v}" for k, v in config.items())
+            return (src, grid, warps, cfg, ", ".join(str(codegen.dtypes[p]) for p in params))
         updates = self._updates(i, group, codegen, stored, owned, last)
         if updates:
-            src, params, grid, config, warps = codegen.update(updates)
+            plain, updated = (src, params, grid, config, warps), codegen.update(updates)
+            if same_key(*plain) in self.same and same_key(*updated) not in self.same:
+                updates = {}  # the kernel as an earlier item launched it: one compile fewer
+            else:
+                src, params, grid, config, warps = updated
         computes = ", ".join(f"{p.buf.name}{'' if p.buf.name in stored else ' (kept in registers)'}"
                              for p in group.members)
-        computes += " " + _traffic(src, codegen.params, self._buffers(), group.space.xnumel * group.space.rnumel, stored)
-        cfg = "".join(f", {k}={v}" for k, v in config.items())
-        dtypes = ", ".join(str(codegen.dtypes[p]) for p in params)
+        computes += " " + _traffic(src, params, self._buffers(), group.space.xnumel * group.space.rnumel, stored)
         # a kernel identical to an earlier one (the same layer repeated) is defined, compiled
         # and launched through one Launch
-        key = (src, grid, warps, cfg, dtypes)
+        key = same_key(src, params, grid, config, warps)
+        _, _, _, cfg, dtypes = key
         if key not in self.same:
             name = f"triton_{kind}_{len(self.kernels)}{_describe(group)}"
             self.kernels.append((name, src.replace("def KERNEL(", f"def {name}(", 1), [computes]))
