@@ -138,6 +138,26 @@ def test_full_reduction_and_int_sum():
     check(lambda x: (x.sum(), x.mean(), (x > 0).sum(), x.amax()), r(5, 33))
 
 
+def test_prod_is_a_kernel(monkeypatch, sources):
+    """prod over a dim, over all, of ints (an int64 result) and bools, with NaN and a zero, in the
+    persistent and looped forms and split over parts; no ATen prod is called."""
+    def fn(x, i):
+        return (torch.prod(x, 1), torch.prod(x, 0, keepdim=True) * 2, x.prod(), torch.prod(i, 1),
+                torch.prod(i > 0, 0), torch.prod(x, 1, dtype=torch.float64))
+    x = 1 + r(6, 40) / 8
+    x[1, 3], x[2, 5] = float("nan"), 0.0
+    i = torch.randint(-3, 4, (6, 40), dtype=torch.int32)
+    check(fn, x, i)
+    monkeypatch.setattr(scheduler, "PERSISTENT_MAX", 16)
+    monkeypatch.setattr(kernel, "LOOP_RBLOCK", 8)
+    check(fn, x, i)
+    check(lambda x: x.prod(0), 1 + r(4096, 16) / 4096, atol=1e-5, rtol=1e-5)  # split in two stages
+    srcs = sources()
+    assert all("aten.prod" not in s and "torch.prod" not in s for s in srcs)
+    assert "for roffset in range(0, 40, RBLOCK):" in srcs[1] and kernels(srcs[2]) == 2
+    check(lambda x: x.prod(), r(0, 3))  # nothing to multiply: ATen's 1
+
+
 @pytest.mark.parametrize("rows,cols", [(6, 10), (3, 257)])
 def test_softmax_one_kernel(rows, cols, sources):
     check(lambda x: torch.softmax(x * 0.5, dim=-1), r(rows, cols))

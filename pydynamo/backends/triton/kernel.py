@@ -250,7 +250,7 @@ class KernelCodegen:
         if red.kind in ("argmax", "argmin"):
             return self._arg(p, value)
         neutral = ops.neutral(red.kind, red.acc_dtype)
-        nan = red.kind != "sum" and red.acc_dtype.is_floating_point  # max/min keep NaN, like eager
+        nan = red.kind in ("max", "min") and red.acc_dtype.is_floating_point  # they keep NaN, like eager
         fn = f"tl.reduce({{}}, 1, {red.kind}_{'nan' if nan else 'op'})"  # helpers in wrapper.HEADER
         if self.persistent:
             masked = self.emit(f"tl.where(xmask & rmask, {value}, {neutral})")
@@ -262,7 +262,8 @@ class KernelCodegen:
             self.sections.setdefault(("pre", p.phase), []).append(
                 f"{acc} = tl.full([XBLOCK, RBLOCK], {neutral}, {tl_acc})")
             keep = ", propagate_nan=tl.PropagateNan.ALL" if nan else ""
-            combine = {"sum": f"{acc} + {value}", "max": f"tl.maximum({acc}, {value}{keep})",
+            combine = {"sum": f"{acc} + {value}", "prod": f"{acc} * {value}",
+                       "max": f"tl.maximum({acc}, {value}{keep})",
                        "min": f"tl.minimum({acc}, {value}{keep})"}[red.kind]
             self.sections.setdefault(("loop", p.phase), []).append(
                 f"{acc} = tl.where(xmask & rmask, {combine}, {acc})")

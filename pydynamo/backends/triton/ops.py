@@ -61,6 +61,8 @@ def neutral(kind, dtype):
     """The identity of a reduction, as text."""
     if kind == "sum":
         return "0"
+    if kind == "prod":
+        return "1"
     if dtype.is_floating_point:
         return 'float("-inf")' if kind == "max" else 'float("inf")'
     info = torch.iinfo(dtype) if dtype != torch.bool else None

@@ -1,4 +1,4 @@
-"""Reductions: sum, mean, amax/amin, var, arg reductions and the cumsum scan; the split of
+"""Reductions: sum, prod, mean, amax/amin, var, arg reductions and the cumsum scan; the split of
 reductions with few outputs over many rows; softmax's one-pass denominator."""
 import math
 import os
@@ -28,8 +28,8 @@ def reduction(g, node, x, dims, keepdim, kind, out_dtype, post=None, pre=None):
         raise Unlowerable("dtype")
     if math.prod(x.shape) == 0:  # reducing nothing (ATen gives the identity, or NaN for a mean)
         raise Unlowerable("empty reduction")
-    acc = torch.int64 if kind == "sum" and not out_dtype.is_floating_point else ops.compute_dtype(
-        out_dtype if kind == "sum" else x.dtype)
+    acc = torch.int64 if kind in ("sum", "prod") and not out_dtype.is_floating_point else ops.compute_dtype(
+        out_dtype if kind in ("sum", "prod") else x.dtype)
 
     def inner(k, index):
         v = ops.cast(x.load(k, index), x.dtype, acc)
@@ -151,6 +151,11 @@ def sum_(g, node, x, dims=None, keepdim=False, dtype=None):
     if v is not None:
         return _sumexp(g, node, v, dims, keepdim)
     return reduction(g, node, x, dims, keepdim, "sum", meta(node).dtype)
+
+
+@lowering(aten.prod.default, aten.prod.dim_int)
+def prod(g, node, x, dim=None, keepdim=False, dtype=None):
+    return reduction(g, node, x, None if dim is None else [dim], keepdim, "prod", meta(node).dtype)
 
 
 def _softmax_input(g, node, x, dims):

@@ -55,6 +55,11 @@ def sum_op(a, b):
 
 
 @triton.jit
+def prod_op(a, b):
+    return a * b
+
+
+@triton.jit
 def max_op(a, b):
     return tl.maximum(a, b)
 
