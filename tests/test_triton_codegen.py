@@ -345,6 +345,52 @@ def test_max_pool2d_values_and_indices(sources):
     assert kernels(sources()[0]) == 1
 
 
+@pytest.mark.parametrize("kernel, stride, padding, ceil_mode", [
+    (2, 2, 0, False), (3, 2, 1, False), (3, 1, 1, False), (3, 2, 0, True), ((2, 3), (1, 2), (1, 0), False),
+    (4, 1, 2, True)])
+def test_pooling_gradients_gather_from_their_windows(sources, kernel, stride, padding, ceil_mode):
+    """max_pool2d's and avg_pool2d's backward as one kernel each: every input position sums the
+    gradients of the windows that hold it (overlapping windows, padding, ceil_mode's partial
+    last window, count_include_pad, divisor_override, 3-D input, half precision)."""
+    aten = torch.ops.aten
+    ks, st, pd = ([v, v] if isinstance(v, int) else list(v) for v in (kernel, stride, padding))
+    x = torch.randint(-2, 3, (2, 3, 9, 11)).float()  # ties: the indices say which one won
+    _, idx = F.max_pool2d(x, kernel, stride, padding, ceil_mode=ceil_mode, return_indices=True)
+    g = r(*idx.shape)
+    check(lambda g, x, i: aten.max_pool2d_with_indices_backward(g, x, ks, st, pd, [1, 1], ceil_mode, i), g, x, idx)
+    check(lambda g, x, i: aten.max_pool2d_with_indices_backward(g, x, ks, st, pd, [1, 1], ceil_mode, i),
+          g[0], x[0], idx[0])
+    for include_pad, divisor in ((True, None), (False, None), (True, 3)):
+        check(lambda g, x: aten.avg_pool2d_backward(g, x, ks, st, pd, ceil_mode, include_pad, divisor) * 2,
+              g, x, atol=1e-6, rtol=1e-5)
+    half = lambda g, x: aten.avg_pool2d_backward(g, x, ks, st, pd, ceil_mode, True, None)  # noqa: E731
+    got = triton_backend(torch.fx.symbolic_trace(half), [g.half(), x.half()])(g.half(), x.half())
+    # summed in float32 and rounded once (eager's CPU kernel rounds every partial sum to half)
+    torch.testing.assert_close(got, half(g.half().float(), x).half(), atol=1e-3, rtol=1e-3)
+    assert all("_backward" not in s[s.index("def call("):] for s in sources())
+    assert all(kernels(s) == 1 for s in sources())
+
+
+def test_pooling_gradients_of_a_small_cnn():
+    """A conv, max-pool, conv, avg-pool network's input and weight gradients match eager; a
+    dilated max-pool's backward is left to ATen."""
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(3, 2, 1),
+                              torch.nn.Conv2d(4, 4, 3, padding=1), torch.nn.AvgPool2d(2, ceil_mode=True),
+                              torch.nn.MaxPool2d(2, 1, dilation=2))
+    x = r(2, 3, 15, 15)
+
+    def run(fn, x):
+        x = x.clone().requires_grad_()
+        net.zero_grad()
+        out = fn(x)
+        (out * torch.arange(out.numel()).view(out.shape)).sum().backward()
+        return out.detach(), x.grad, [p.grad.clone() for p in net.parameters()]
+    gm = torch.fx.symbolic_trace(net)
+    got, want = run(triton_backend(gm, [x.clone().requires_grad_()]), x), run(net, x)
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+
+
 def test_avg_pool2d_divisors(sources):
     """avg_pool2d's divisor in every mode: padding counted or not, ceil_mode windows that run
     past the padded input, divisor_override; fused with what it reads."""

@@ -74,6 +74,26 @@ def test_training_step_matches_eager():
                 torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5)
 
 
+def test_cnn_training_step_with_pooling_gradients_matches_eager():
+    """Conv, batch norm, ReLU, max-pool and avg-pool: their backwards are triton kernels (the
+    pooling ones gather from the windows over each input position), on the GPU."""
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.BatchNorm2d(16), torch.nn.ReLU(),
+                            torch.nn.MaxPool2d(3, 2, 1), torch.nn.Conv2d(16, 16, 3, padding=1),
+                            torch.nn.AvgPool2d(2, ceil_mode=True), torch.nn.Flatten(),
+                            torch.nn.Linear(16 * 8 * 8, 10)).cuda()
+    x, y = torch.randn(8, 3, 31, 31, device="cuda"), torch.randint(0, 10, (8,), device="cuda")
+    want = torch.nn.functional.cross_entropy(m(x), y)
+    want.backward()
+    want_grads = [p.grad.clone() for p in m.parameters()]
+    m.zero_grad()
+    loss = torch.nn.functional.cross_entropy(pydynamo.optimize("triton")(m)(x), y)
+    loss.backward()
+    torch.testing.assert_close(loss.detach(), want.detach(), rtol=1e-4, atol=1e-4)
+    for p, e in zip(m.parameters(), want_grads):
+        torch.testing.assert_close(p.grad, e, rtol=1e-3, atol=1e-4)
+
+
 def test_kernels_compile_in_parallel_before_the_first_launch(monkeypatch):
     from triton.runtime.jit import JITFunction
     compiles = []

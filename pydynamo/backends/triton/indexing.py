@@ -1,6 +1,6 @@
 """Lowerings that read at computed positions: gather, embedding and x[idx] (indirect loads),
-scatter of one index per row (a one-hot), cat and constant padding (masked loads), max-pool
-(masked window loads)."""
+scatter of one index per row (a one-hot), cat and constant padding (masked loads), pooling and
+its gradients (masked window loads)."""
 import torch
 
 from . import ops
@@ -114,20 +114,103 @@ def avg_pool2d(g, node, x, kernel_size, stride=(), padding=0, ceil_mode=False, c
             for j in range(kw):
                 v, _, _ = _window(k, x, idx, (sh, sw), (i - ph, j - pw), "0.0")
                 total = v if total is None else k.emit(f"({total} + {v})")
-        if divisor_override:
-            div = str(float(divisor_override))
-        else:
-            hs, ws = (k.index_value(Affine.lift(idx[-2]) * sh + (-ph)),
-                      k.index_value(Affine.lift(idx[-1]) * sw + (-pw)))
-            he, we = f"tl.minimum({hs} + {kh}, {H + ph})", f"tl.minimum({ws} + {kw}, {W + pw})"
-            if not count_include_pad:
-                hs, ws = f"tl.maximum({hs}, 0)", f"tl.maximum({ws}, 0)"
-                he, we = f"tl.minimum({he}, {H})", f"tl.minimum({we}, {W})"
-            div = k.emit(f"(({he} - {hs}) * ({we} - {ws})).to({ops.TL_DTYPE[acc]})")
+        hs, ws = (k.index_value(Affine.lift(idx[-2]) * sh + (-ph)),
+                  k.index_value(Affine.lift(idx[-1]) * sw + (-pw)))
+        div = _avg_divisor(k, hs, ws, (kh, kw), (H, W), (ph, pw), count_include_pad, divisor_override, acc)
         return k.emit(ops.cast(f"({total} / {div})", acc, val.dtype))
     pw_ = Pointwise(val.shape, val.dtype, fn, 2 * kh * kw)
     pw_.reads = reads_of(x)
     return pw_
+
+
+def _avg_divisor(k, hs, ws, kernel, size, padding, count_include_pad, divisor_override, acc):
+    """What avg_pool2d divides the window at rows ``hs``..., columns ``ws``... (texts: where it
+    starts, padding included) by: the window clipped to the padded input (count_include_pad), or
+    to the input itself, or divisor_override."""
+    if divisor_override:
+        return str(float(divisor_override))
+    (kh, kw), (H, W), (ph, pw) = kernel, size, padding
+    he, we = f"tl.minimum({hs} + {kh}, {H + ph})", f"tl.minimum({ws} + {kw}, {W + pw})"
+    if not count_include_pad:
+        hs, ws = f"tl.maximum({hs}, 0)", f"tl.maximum({ws}, 0)"
+        he, we = f"tl.minimum({he}, {H})", f"tl.minimum({we}, {W})"
+    return k.emit(f"(({he} - {hs}) * ({we} - {ws})).to({ops.TL_DTYPE[acc]})")
+
+
+def _windows_over(k, idx, out_size, step, pad, kernel):
+    """The output positions, along one dim, whose windows may hold input position ``idx``
+    (dilation 1): [(index, its value text, whether it exists and its window holds idx)], in
+    increasing order, the order in which ATen's CUDA backward adds them."""
+    top = (Affine.lift(idx) + pad).floordiv(step)  # the last window starting at or before idx
+    iv, out = k.index_value(idx), []
+    for back in reversed(range(-(-kernel // step))):
+        o = top + (-back)
+        ov = k.index_value(o)
+        out.append((o, ov, f"({ov} >= 0) & ({ov} < {out_size}) & ({iv} + {pad} - {ov} * {step} < {kernel})"))
+    return out
+
+
+def _pool_backward(node, grad, x, kernel, stride, padding, term):
+    """The gradient of a 2-d pooling: for each input position, the sum over the windows that
+    hold it of ``term(k, index, out_index, row text, column text, holds, grad value)``, computed where
+    the input is (a gather: no atomic adds, no zeroed buffer)."""
+    (kh, kw), (sh, sw), (ph, pw) = kernel, stride, padding
+    val = meta(node)
+    _pool_input(x, kh, kw, "pooling backward")
+    if grad.dtype != val.dtype or -(-kh // sh) * -(-kw // sw) > 16:
+        raise Unlowerable("pooling backward")
+    OH, OW = grad.shape[-2:]
+    acc = ops.compute_dtype(grad.dtype)
+
+    def fn(k, idx):
+        total = None
+        for oh, ohv, hold_h in _windows_over(k, idx[-2], OH, sh, ph, kh):
+            for ow, owv, hold_w in _windows_over(k, idx[-1], OW, sw, pw, kw):
+                at = list(idx[:-2]) + [oh, ow]
+                holds = k.emit(f"{hold_h} & {hold_w}")
+                with k.masked(holds):
+                    v = ops.cast(grad.load(k, at), grad.dtype, acc)
+                t = term(k, idx, at, ohv, owv, holds, v)
+                total = t if total is None else k.emit(f"({total} + {t})")
+        return k.emit(ops.cast(total, acc, val.dtype))
+    return Pointwise(val.shape, val.dtype, fn, 2 * -(-kh // sh) * -(-kw // sw)), acc
+
+
+@lowering(aten.avg_pool2d_backward.default)
+def avg_pool2d_backward(g, node, grad, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                        divisor_override=None):
+    """Each input position gathers grad / divisor from the windows that hold it."""
+    kh, kw = _pair(kernel_size)
+    sh, sw = _pair(stride, [kh, kw])
+    ph, pw = _pair(padding)
+    H, W = x.shape[-2:]
+
+    def term(k, idx, at, ohv, owv, holds, v):
+        div = _avg_divisor(k, f"({ohv} * {sh} - {ph})", f"({owv} * {sw} - {pw})", (kh, kw), (H, W), (ph, pw),
+                           count_include_pad, divisor_override, acc)
+        return k.emit(f"tl.where({holds}, {v} / {div}, 0.0)")
+    out, acc = _pool_backward(node, grad, x, (kh, kw), (sh, sw), (ph, pw), term)
+    out.reads = reads_of(grad)
+    return out
+
+
+@lowering(aten.max_pool2d_with_indices_backward.default)
+def max_pool2d_backward(g, node, grad, x, kernel_size, stride, padding, dilation, ceil_mode, indices):
+    """Each input position gathers the grad of the windows whose saved index is that position."""
+    _index_tensor(indices)
+    if _pair(dilation) != [1, 1]:
+        raise Unlowerable("dilated max_pool2d backward")
+    kh, kw = _pair(kernel_size)
+    W = x.shape[-1]
+
+    def term(k, idx, at, ohv, owv, holds, v):
+        with k.masked(holds):
+            i = indices.load(k, at)
+        here = k.emit(f"({k.index_value(idx[-2])} * {W} + {k.index_value(idx[-1])})")
+        return k.emit(f"tl.where({holds} & ({i} == {here}), {v}, 0.0)")
+    out, _ = _pool_backward(node, grad, x, (kh, kw), _pair(stride, [kh, kw]), _pair(padding), term)
+    out.reads = reads_of(grad) | reads_of(indices)
+    return out
 
 
 @lowering(aten.max_pool2d_with_indices.default)
