@@ -151,6 +151,33 @@ def test_transformer_block_cross_entropy_training():
     train_step_matches(Block(), [idx, tgt], atol=2e-5, rtol=1e-4)
 
 
+def test_backward_generated_with_the_forward(monkeypatch, caplog):
+    """PYDYNAMO_TRITON_EAGER_BACKWARD=1: both graphs are generated when the module is compiled
+    (before any call), and the training step still matches eager."""
+    import logging
+    caplog.set_level(logging.INFO, logger="pydynamo.output_code")
+    monkeypatch.setenv("PYDYNAMO_TRITON_EAGER_BACKWARD", "1")
+    torch.manual_seed(0)
+    compile_module(Attention(), torch.randn(2, 5, 16))
+    assert len([r for r in caplog.records if r.name == "pydynamo.output_code"]) == 2
+    train_step_matches(Attention(), [torch.randn(2, 5, 16)])
+
+
+def test_deferred_precompile_submits_every_launch_once_in_order(monkeypatch):
+    """While both graphs are generated, precompile() only queues; on leaving, one submission in
+    the order the launches came (forward first), and into an outer queue when nested."""
+    from pydynamo.backends.triton import runtime
+    queue_then = runtime.precompile
+    submitted = []
+    with runtime.deferred_precompile():
+        queue_then(["fw1", "fw2"])
+        with runtime.deferred_precompile():
+            queue_then(["bw1"])
+        monkeypatch.setattr(runtime, "precompile", lambda launches: submitted.append(list(launches)))
+        assert submitted == []
+    assert submitted == [["fw1", "fw2", "bw1"]]
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_mlp_training_half(dtype):
     torch.manual_seed(0)

@@ -8,6 +8,7 @@
 Kernels run on CUDA tensors, or on CPU tensors under TRITON_INTERPRET=1 (Triton's interpreter).
 Anything else, and any internal error, runs the graph with ATen: slower, never wrong.
 """
+import contextlib
 import copy
 import functools
 import hashlib
@@ -43,12 +44,15 @@ def triton_backend(gm, example_inputs):
     gm, single = _tuple_output(gm)
     # The min-cut partitioner saves for backward the cheapest set of tensors and recomputes fused
     # pointwise work from them (e.g. layer_norm's mean/rstd rather than its normalized output)
-    # PYDYNAMO_TRITON_EAGER_BACKWARD=1 compiles the backward with the forward rather than at the
-    # first backward (AOTAutograd's default), so its kernels compile while the forward first runs.
-    # H100, cold GPT step (row e): 3.67 -> 2.72-3.04 s; but a module called with grad enabled and
-    # never backpropagated pays for a backward it does not use (row d: 0.23-0.27 -> 0.33-0.48 s)
+    # PYDYNAMO_TRITON_EAGER_BACKWARD=1 generates the backward with the forward rather than at the
+    # first backward (AOTAutograd's default), so its kernels compile while the forward first runs;
+    # no kernel compile starts until both are generated. H100, cold GPT step (row e), without that
+    # deferral: 3.67 -> 2.72-3.04 s; but a module called with grad enabled and never
+    # backpropagated pays for a backward it does not use (row d: 0.23-0.27 -> 0.33-0.48 s)
     eager_bw = os.environ.get("PYDYNAMO_TRITON_EAGER_BACKWARD", "0") == "1"
-    with torch._functorch.config.patch(force_non_lazy_backward_lowering=eager_bw):
+    from . import runtime
+    with torch._functorch.config.patch(force_non_lazy_backward_lowering=eager_bw), \
+            (runtime.deferred_precompile() if eager_bw else contextlib.nullcontext()):
         compiled = aot_module_simplified(gm, example_inputs, fw_compiler=compile_aten_graph,
                                          bw_compiler=compile_aten_graph, decompositions=decomposition_table(),
                                          partition_fn=min_cut_rematerialization_partition)

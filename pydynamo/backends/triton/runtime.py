@@ -5,11 +5,13 @@ A graph's source is stored as ``<cache>/triton/g_<hash of source>.py`` and impor
 names the source made for a graph, so a later process skips lowering entirely; Triton's own
 cache then skips the GPU compile.
 """
+import contextlib
 import hashlib
 import importlib.util
 import logging
 import os
 import sys
+import threading
 
 import torch
 
@@ -102,6 +104,23 @@ def _compile_pool():
     return _pool
 
 
+_deferred = threading.local()
+
+
+@contextlib.contextmanager
+def deferred_precompile():
+    """Inside, precompile() only queues its launches; on leaving, they are all submitted in the
+    order they came (a forward's kernels before its backward's). Used where both graphs are
+    generated at once: the backward's codegen then does not share the GIL with the forward's
+    compiles."""
+    outer, _deferred.launches = getattr(_deferred, "launches", None), []
+    try:
+        yield
+    finally:
+        launches, _deferred.launches = _deferred.launches, outer
+        precompile(launches)  # into the outer queue, if any
+
+
 def precompile(launches):
     """Start compiling a graph's kernels when its wrapper is made, in compile worker processes
     (compile_worker.py) or, until they are ready, in threads here, and return at once: the
@@ -110,6 +129,10 @@ def precompile(launches):
     it into torch's prebuilt CUDA launcher (static_launcher()), so no launch needs the C launcher
     Triton builds with gcc. Where torch has none, those launchers are built here too. Kernels that
     fail here are compiled by their first call as usual."""
+    queue = getattr(_deferred, "launches", None)
+    if queue is not None:
+        queue.extend(launches)
+        return
     if not launches or os.environ.get("TRITON_INTERPRET", "0") == "1":
         return
     try:
