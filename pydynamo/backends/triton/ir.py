@@ -215,11 +215,13 @@ class Pointwise(Node):
 
 class View(Node):
     """``base`` seen through ``reindex`` (view index -> base index); ``aten`` = (op, args, kwargs)
-    replays the view on a real tensor when a fallback or an output needs one."""
+    replays the view on a real tensor when a fallback or an output needs one, on a base laid out
+    as ``base_val`` (the traced base's meta tensor) was: a ``view`` valid for those strides may not
+    be for others."""
 
-    def __init__(self, base, shape, reindex, aten):
+    def __init__(self, base, shape, reindex, aten, base_val=None):
         self.base, self.shape, self.reindex, self.aten = base, tuple(shape), reindex, aten
-        self.dtype = base.dtype
+        self.dtype, self.base_val = base.dtype, base_val
 
     def load(self, k, index):
         return self.base.load(k, self.reindex(index))

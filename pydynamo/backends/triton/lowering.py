@@ -244,35 +244,50 @@ class GraphLowering:
             return self.realize(value, node)
         return value
 
-    def realize(self, value, node=None):
-        """The value as a Buffer, adding a ComputedBuffer to the items if it is lazy."""
-        if isinstance(value, Buffer):
-            return value
-        if id(value) in self._realized:
-            return self._realized[id(value)]
+    def realize(self, value, node=None, val=None, exact=False):
+        """The value as a Buffer, adding a ComputedBuffer to the items if it is lazy, laid out
+        as the traced tensor (``val``, or ``node``'s) was where that is dense. ``exact``: a value
+        already stored in another layout is copied into that one, for ATen calls whose result
+        depends on its strides (a ``view`` or ``as_strided`` replayed on it)."""
+        if val is None and node is not None:
+            val = node.meta.get("val")
+        want = None
+        if isinstance(val, torch.Tensor) and tuple(val.shape) == tuple(value.shape):
+            want = dense_strides(value.shape, val.stride())
+        buf = value if isinstance(value, Buffer) else self._realized.get(id(value))
+        if buf is not None:
+            if not exact or not isinstance(buf, ComputedBuffer) or want is None or tuple(buf.stride) == want:
+                return buf
+            copy = self._realized.get((id(buf), want))
+            if copy is None:
+                body = Pointwise(buf.shape, buf.dtype, buf.load)
+                body.reads = frozenset([buf.name])
+                copy = self._realized[(id(buf), want)] = self._store(body, want)
+            return copy
         if isinstance(value, View):
             value = Pointwise(value.shape, value.dtype, value.load)
-        stride = contiguous_strides(value.shape)
-        val = node.meta.get("val") if node is not None else None
-        if isinstance(val, torch.Tensor) and tuple(val.shape) == tuple(value.shape):
-            stride = dense_strides(value.shape, val.stride()) or stride
-        buf = ComputedBuffer(self.new_name(), value, stride, self.device)
-        buf.origins = getattr(value, "origins", frozenset()) | self._origins
-        self.items.append(buf)
+        buf = self._store(value, want or contiguous_strides(value.shape))
         self._realized[id(value)] = buf
         return buf
 
-    def as_tensor(self, value, node=None):
-        """Name of a wrapper variable holding ``value`` as a real tensor."""
+    def _store(self, value, stride):
+        buf = ComputedBuffer(self.new_name(), value, stride, self.device)
+        buf.origins = getattr(value, "origins", frozenset()) | self._origins
+        self.items.append(buf)
+        return buf
+
+    def as_tensor(self, value, node=None, val=None, exact=False):
+        """Name of a wrapper variable holding ``value`` as a real tensor (laid out as ``val``, or
+        ``node``'s traced tensor, was; see realize() for ``exact``)."""
         if isinstance(value, View):
             if id(value) not in self._views:
-                base = self.as_tensor(value.base)
+                base = self.as_tensor(value.base, val=value.base_val, exact=True)
                 op, args, kwargs = value.aten
                 name = self.new_name("view")
                 self.items.append(ViewOp(name, base, op, args, kwargs))
                 self._views[id(value)] = name
             return self._views[id(value)]
-        return self.realize(value, node).name
+        return self.realize(value, node, val, exact).name
 
     def fallback(self, node, args, kwargs):
         op = node.target
@@ -285,13 +300,16 @@ class GraphLowering:
         nodes = {id(a): a for a in node.all_input_nodes}
         lookup_node = {id(self.lookup(n)): n for n in nodes.values()}
 
+        # an op returning a view of its argument (as_strided, a view that is not lowered) sees
+        # the argument's strides: it gets them as traced
+        aliasing = any(r.alias_info is not None for r in op._schema.returns)
+
         def ref(a):
             if isinstance(a, Node):
-                return TensorRef(self.as_tensor(a, lookup_node.get(id(a))))
+                return TensorRef(self.as_tensor(a, lookup_node.get(id(a)), exact=aliasing))
             return a
         args, kwargs = map_aggregate(args, ref), map_aggregate(kwargs, ref)
         name = self.new_name()
-        aliasing = any(r.alias_info is not None for r in op._schema.returns)
         val = node.meta.get("val")
         if isinstance(val, (list, tuple)):
             outs = [self._fallback_out(f"{name}_{i}", v) for i, v in enumerate(val)]

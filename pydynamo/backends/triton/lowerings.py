@@ -313,7 +313,12 @@ def arange(g, node, *args, **kwargs):
 # ---- views: index arithmetic, and the ATen call replaying them on real tensors ----
 
 def view_node(node, base, reindex, args):
-    return View(base, meta(node).shape, reindex, (node.target, args, dict(node.kwargs)))
+    return View(base, meta(node).shape, reindex, (node.target, args, dict(node.kwargs)), _val_of(node.args[0]))
+
+
+def _val_of(arg):
+    """The traced meta tensor of an fx argument (None for a constant)."""
+    return arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
 
 
 def reshape_reindex(old, new):
@@ -463,7 +468,7 @@ def split(g, node, a, sizes, dim=0):
             return out
         shape = list(a.shape)
         shape[dim] = s
-        outs.append(View(a, shape, reindex, (aten.slice.Tensor, [dim, start, start + s], {})))
+        outs.append(View(a, shape, reindex, (aten.slice.Tensor, [dim, start, start + s], {}), _val_of(node.args[0])))
         start += s
     return outs
 

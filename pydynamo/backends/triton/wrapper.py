@@ -231,6 +231,8 @@ class WrapperCodegen:
         if base is not None and not any(isinstance(a, TensorRef) for a in it.args):
             try:
                 view = it.op(base[0], *it.args, **it.kwargs)
+            except RuntimeError as e:  # it would fail on the real tensor too: the graph runs with ATen
+                raise NotImplementedError(f"{it.op} cannot be made on {it.base}'s layout: {e}") from e
             except Exception:
                 view = None
         root = lambda t: t._base if t._is_view() else t  # noqa: E731
