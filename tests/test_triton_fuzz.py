@@ -66,8 +66,8 @@ def run(plan, x, w):
     return x, torch.stack(outs).sum(0)
 
 
-@pytest.mark.parametrize("seed", range(24))
-def test_random_chain_matches_eager(seed, monkeypatch):
+def setup(seed, monkeypatch):
+    """The seed's plan and inputs (x, w), with rows looped where the plan says so."""
     plan, (R, C), looped = plan_for(seed)
     if looped:
         monkeypatch.setattr(scheduler, "PERSISTENT_MAX", 16)
@@ -75,6 +75,12 @@ def test_random_chain_matches_eager(seed, monkeypatch):
         monkeypatch.setattr(kernel, "LOOP_RBLOCK", 8)
     x = torch.randn(R, C, generator=torch.Generator().manual_seed(seed))
     w = torch.randn(128, 128, generator=torch.Generator().manual_seed(1000 + seed)) * 0.1
+    return plan, x, w
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_random_chain_matches_eager(seed, monkeypatch):
+    plan, x, w = setup(seed, monkeypatch)
 
     def fn(x, w):
         return run(plan, x, w)
@@ -91,14 +97,8 @@ def test_random_chain_gradients_match_eager(seed, monkeypatch):
     """The same chains (without max, whose ties make gradients ill-defined) trained: loss and the
     gradients of x and w against eager's. Seed 24's backward replays a view on a buffer that the
     trace had transposed: it must be laid out as traced, or the view cannot be made."""
-    plan, (R, C), looped = plan_for(seed)
+    plan, x0, w0 = setup(seed, monkeypatch)
     plan = [p for p in plan if p[0] != "max"]
-    if looped:
-        monkeypatch.setattr(scheduler, "PERSISTENT_MAX", 16)
-        monkeypatch.setattr(scheduler, "COLUMN_PERSISTENT_MAX", 4)
-        monkeypatch.setattr(kernel, "LOOP_RBLOCK", 8)
-    x0 = torch.randn(R, C, generator=torch.Generator().manual_seed(seed))
-    w0 = torch.randn(128, 128, generator=torch.Generator().manual_seed(1000 + seed)) * 0.1
 
     def fn(x, w):
         a, b = run(plan, x, w)
