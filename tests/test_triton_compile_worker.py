@@ -1,15 +1,26 @@
-"""Compile worker processes (pydynamo/backends/triton/compile_worker.py): they compile a kernel
-of a generated module for a GPU target without a GPU, into Triton's disk cache, and a task they
-cannot do answers False (the parent then compiles) without losing the worker."""
+"""Compile worker processes (pydynamo/backends/triton/compile_worker.py): without torch and without
+a GPU, they compile the kernels of a generated module for a GPU target into Triton's disk cache,
+under the very keys the parent's JIT then looks up; a task they cannot do answers False (the
+parent then compiles) without losing the worker."""
 import glob
+import os
+import sys
+import tempfile
 import time
 
-import pytest
-import torch
+os.environ.setdefault("TRITON_INTERPRET", "1")
+os.environ.setdefault("PYDYNAMO_CACHE_DIR", tempfile.mkdtemp(prefix="pydynamo-test-cache-"))
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 pytest.importorskip("triton")
 
-from pydynamo.backends.triton.compile_worker import Workers  # noqa: E402
+from pydynamo.backends.triton import compile_worker, runtime  # noqa: E402
+from pydynamo.backends.triton.compile_worker import Workers, task  # noqa: E402
+
+TARGET = ("cuda", 90, 32)
 
 KERNELS = '''
 import triton
@@ -23,6 +34,16 @@ def erf_kernel(x_ptr, y_ptr, XBLOCK: tl.constexpr):
 '''
 
 
+@pytest.fixture
+def no_torch(tmp_path, monkeypatch):
+    """Workers started inside see a ``torch`` that fails to import: a worker that needed torch
+    would fail its tasks."""
+    fake = tmp_path / "poisoned" / "torch"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError('a compile worker imported torch')\n")
+    monkeypatch.setenv("PYTHONPATH", str(fake.parent))
+
+
 def ready(workers, n, timeout=120):
     start = time.time()
     while workers.ready < n and time.time() - start < timeout:
@@ -30,17 +51,23 @@ def ready(workers, n, timeout=120):
     return workers.ready >= n
 
 
-def test_a_worker_compiles_into_the_cache_and_survives_a_bad_task(tmp_path):
+def erf_task(path, cache):
+    aligned = [["tt.divisibility", 16]]
+    return (str(path), "kernels_mod_for_test", "erf_kernel",
+            {"x_ptr": "*fp32", "y_ptr": "*fp32", "XBLOCK": "constexpr"}, {(2,): 128},
+            {(0,): aligned, (1,): aligned}, {"num_warps": 4}, TARGET, {"TRITON_CACHE_DIR": str(cache)})
+
+
+def test_a_worker_compiles_into_the_cache_and_survives_a_bad_task(tmp_path, no_torch):
     mod = tmp_path / "kernels_mod.py"
     mod.write_text(KERNELS)
     cache = tmp_path / "triton-cache"
-    task = (str(mod), "kernels_mod_for_test", "erf_kernel", (torch.float32, torch.float32), 4, 4,
-            {"XBLOCK": 128}, {}, ("cuda", 90, 32), {"TRITON_CACHE_DIR": str(cache)})
-    w = Workers(1)
-    assert w.compile(task) is False or w.ready  # not ready yet: the caller compiles
+    good = erf_task(mod, cache)
+    w = Workers(1, TARGET)
+    assert w.compile(good) is False or w.ready  # not ready yet: the caller compiles
     assert ready(w, 1)
-    assert w.compile(task[:2] + ("no_such_kernel",) + task[3:]) is False
-    assert w.compile(task) is True
+    assert w.compile(good[:2] + ("no_such_kernel",) + good[3:]) is False
+    assert w.compile(good) is True
     cubins = glob.glob(str(cache / "*" / "erf_kernel.cubin"))
     assert len(cubins) == 1 and open(cubins[0], "rb").read(4) == b"\x7fELF"
     assert w.ready == 1  # the bad task did not cost the worker
@@ -53,6 +80,102 @@ def test_a_dead_worker_is_left_out(tmp_path):
     proc.kill()
     proc.wait()
     w.idle.put(proc)
-    task = (str(tmp_path / "x.py"), "x", "k", (), 1, 1, {}, {}, ("cuda", 90, 32), {})
+    task = erf_task(tmp_path / "x.py", tmp_path)
     assert w.compile(task) is False
     assert w.ready == 0 and w.compile(task) is False  # nothing left to wait for
+
+
+class OfflineDriver:
+    """A GPU target for Triton's JIT with no GPU: what warmup() asks of its driver."""
+
+    def __init__(self, target):
+        self.target = target
+
+    def get_current_device(self):
+        return 0
+
+    def get_current_stream(self, device=None):
+        return 0
+
+    def get_current_target(self):
+        return self.target
+
+
+def generated_module(tmp_path):
+    """A generated module's source for a graph with pointwise, row (softmax), scan-free reduction,
+    gather (a kernel compiled with debug=True for its index checks), int64 and bool kernels."""
+    from torch._functorch.aot_autograd import aot_module_simplified
+
+    from pydynamo.backends.triton import generate_source
+    from pydynamo.backends.triton.decomps import decomposition_table
+    sources = []
+
+    def grab(gm, example_inputs):
+        sources.append(generate_source(gm))
+        return gm
+
+    def f(x, w, idx):
+        e = F.embedding(idx, w)
+        s = torch.softmax(x * 2.0, dim=-1)
+        return (s + e.sum(0), (x > 0).any(-1), idx * 3 + 1, F.gelu(x).amax(0))
+    gm = torch.fx.symbolic_trace(f)
+    aot_module_simplified(gm, [torch.randn(8, 32), torch.randn(10, 32), torch.randint(0, 10, (8,))],
+                          fw_compiler=grab, decompositions=decomposition_table())
+    return sources[0]
+
+
+def test_workers_compile_the_kernels_the_parents_jit_then_finds(tmp_path, monkeypatch, no_torch):
+    """For each kernel of a generated module: a worker compiles it (from the module's kernel part
+    alone, without torch), then the parent's warmup, Triton's own JIT path, finds it in the disk
+    cache and compiles nothing. So the worker's cache key is the JIT's, for every kind of kernel."""
+    import triton.compiler.compiler as tc
+    import triton.experimental.gluon  # noqa: F401  (Triton's JIT imports it; under the interpreter
+    from triton import knobs          # it must be imported while interpret is on)
+    from triton.backends.compiler import GPUTarget
+    from triton.runtime.driver import driver
+
+    src = generated_module(tmp_path)
+    assert "debug=True" in src and "tl.device_assert" in src
+    head = src[:src.index(compile_worker.WRAPPER_MARK)]
+    assert not [line for line in head.splitlines() if "torch" in line and not line.startswith("#")]
+    path = tmp_path / "g_worker_test.py"
+    path.write_text(src)
+    cache = tmp_path / "triton-cache"
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(cache))
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("pydynamo_triton_worker_test", path)
+    mod = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, mod)
+    monkeypatch.setattr(knobs.runtime, "interpret", False)  # JITFunctions, not the interpreter
+    spec.loader.exec_module(mod)
+    call = mod.make([], None)  # (precompile does nothing under TRITON_INTERPRET=1)
+    launches = [c.cell_contents for c in call.__closure__ if isinstance(c.cell_contents, runtime.Launch)]
+    assert len(launches) == src.count("\ndef triton_") >= 2
+    target = GPUTarget(*TARGET)
+    before = driver._active  # (this machine may have no GPU driver to reset to)
+    driver.set_active(OfflineDriver(target))
+    try:
+        w = Workers(2, TARGET)
+        assert ready(w, 2)
+        for launch in launches:
+            assert w.compile(task(launch, target)) is True, launch.kernel.__name__
+        compiled_here = []
+        orig = tc.ASTSource.make_ir
+
+        def recording(self, *args, **kwargs):
+            compiled_here.append(self.fn.__name__)
+            return orig(self, *args, **kwargs)
+        monkeypatch.setattr(tc.ASTSource, "make_ir", recording)
+        for launch in launches:
+            launch.warmup()
+            assert launch.warm.asm["cubin"][:4] == b"\x7fELF"
+        assert not compiled_here, compiled_here
+    finally:
+        driver.set_active(before)
+
+
+def test_worker_count(monkeypatch):
+    monkeypatch.setenv("PYDYNAMO_TRITON_COMPILE_WORKERS", "3")
+    assert compile_worker.default_count() == 3
+    monkeypatch.delenv("PYDYNAMO_TRITON_COMPILE_WORKERS")
+    assert 1 <= compile_worker.default_count() <= 16

@@ -42,6 +42,7 @@ def triton_backend(gm, example_inputs):
 
     from .decomps import decomposition_table
     gm, single = _tuple_output(gm)
+    _start_compile_workers()
     # The min-cut partitioner saves for backward the cheapest set of tensors and recomputes fused
     # pointwise work from them (e.g. layer_norm's mean/rstd rather than its normalized output)
     # PYDYNAMO_TRITON_EAGER_BACKWARD=1 generates the backward with the forward rather than at the
@@ -59,6 +60,20 @@ def triton_backend(gm, example_inputs):
     if single:
         return lambda *args: compiled(*args)[0]
     return compiled
+
+
+def _start_compile_workers():
+    """Start the compile worker processes (compile_worker.py) now, if they are to run, so that
+    they are ready by the time AOTAutograd hands over the first graph."""
+    if os.environ.get("TRITON_INTERPRET", "0") == "1":
+        return
+    try:
+        from triton.runtime.driver import driver
+
+        from . import compile_worker
+        compile_worker.workers(driver.active.get_current_target())
+    except Exception as e:  # kernels then compile in this process's threads
+        log.debug("compile workers not started: %s", e)
 
 
 def _tuple_output(gm):

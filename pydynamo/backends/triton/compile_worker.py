@@ -1,22 +1,24 @@
 """Compile worker processes: Triton's compiler in processes of their own, so that a graph's
-kernels compile in parallel without sharing one GIL (in threads, Triton's Python front end and
-its cache writes serialize them: 30 kernels of a GPT step took 1.5 s in 16 threads on the H100
-machine, 5.0 s in one).
+kernels compile in parallel without sharing the parent's GIL. (In threads, Triton's Python front
+end serializes them: on the H100 machine each of a GPT step's 14 forward kernels took 0.7-1.0 s
+of wall time in 16 threads, against 0.1-0.36 s alone.)
 
-A worker is ``python -m pydynamo.backends.triton.compile_worker``: it reads pickled tasks on
-stdin and answers on stdout. A task names a generated module's file and one kernel in it; the
-worker imports the module and calls the kernel's ``warmup`` as the parent would, with Triton's
-driver told the parent's GPU target, so it never touches the GPU. The compiled kernel lands in
-Triton's on-disk cache, where the parent's own ``warmup`` of the same kernel then finds it. What a
-worker cannot do, the parent does itself: workers only ever save time.
+A worker runs this file by its path (``python -c BOOT <this file> <target>``), so it never imports
+torch nor pydynamo: it starts in a fraction of a second. A task names a generated module's file
+and one kernel in it, with what Triton's JIT would compile it for at the kernel's first launch
+(signature, constexprs, alignment attributes, options: computed in the parent by the JIT's own
+argument binder, see spec()). The worker executes the module's kernel part (everything above
+WRAPPER_MARK, which imports only triton) under the module's own file name and module name, so
+the kernel's cache key is the parent's, and compiles it with ``triton.compile`` for the parent's
+GPU target, never touching a GPU. The result lands in Triton's on-disk cache, where the parent's
+own ``warmup`` of the same kernel then finds it. What a worker cannot do, the parent does itself:
+workers only ever save time.
 
-Opt-in, with PYDYNAMO_TRITON_COMPILE_WORKERS=N. Workers start in the background at the first
-compile of a process and take tasks once ready; until then kernels compile in the parent's
-threads. They exit when the parent closes their stdin (at its exit). Off by default: each imports
-torch (16 took 12 s to be ready on the H100 machine, at some memory each), and a GPT training
-step's cold compile measured no faster with them (3.6 s either way), its critical path being
-AOTAutograd and the first calls more than the kernels' compile."""
-import importlib.util
+Workers start when the triton backend is first entered with CUDA inputs (so they are ready by the
+time AOTAutograd hands over a graph), take tasks once ready (until then kernels compile in the
+parent's threads), and exit when the parent closes their stdin (at its exit). There are as many
+as the parent may use CPUs, at most 16; PYDYNAMO_TRITON_COMPILE_WORKERS=N sets the count, 0 turns
+them off."""
 import logging
 import os
 import pickle
@@ -27,6 +29,14 @@ import sys
 import threading
 
 log = logging.getLogger(__name__)
+
+# The line of a generated module that ends its kernel part: above it, only triton is imported
+WRAPPER_MARK = "# ---- The wrapper"
+
+# A worker's command line: load this file as a module, without its package (whose __init__
+# imports torch), and run main()
+BOOT = ("import importlib.util as u, sys; s = u.spec_from_file_location('pydynamo_compile_worker', sys.argv[1]); "
+        "m = u.module_from_spec(s); s.loader.exec_module(m); m.main(sys.argv[2:])")
 
 
 def _send(f, obj):
@@ -56,11 +66,12 @@ class Workers:
     def _start_all(self):
         procs = []
         env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # workers compile for real
+        target = [] if self.target is None else [",".join(map(str, self.target))]
         for _ in range(self.count):
             try:
-                target = [] if self.target is None else [",".join(map(str, self.target))]
-                procs.append(subprocess.Popen([sys.executable, "-m", __name__, *target], stdin=subprocess.PIPE,
-                                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env))
+                procs.append(subprocess.Popen([sys.executable, "-c", BOOT, os.path.abspath(__file__), *target],
+                                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                              stderr=subprocess.DEVNULL, env=env))
             except OSError as e:
                 log.debug("compile worker not started: %s", e)
         for p in procs:
@@ -98,63 +109,80 @@ class Workers:
 _workers = None
 
 
+def default_count():
+    """PYDYNAMO_TRITON_COMPILE_WORKERS, else the CPUs this process may use, at most 16."""
+    env = os.environ.get("PYDYNAMO_TRITON_COMPILE_WORKERS")
+    if env is not None:
+        return int(env)
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return min(cpus, 16)
+
+
 def workers(target):
-    """This process's workers (started on first use, for ``target``, a triton GPUTarget): as many
-    as PYDYNAMO_TRITON_COMPILE_WORKERS says; None when it is 0 or unset (the default, see the
-    module's docstring)."""
+    """This process's workers, started on first use for ``target`` (a triton GPUTarget); None
+    when there are to be none."""
     global _workers
     if _workers is None:
-        count = int(os.environ.get("PYDYNAMO_TRITON_COMPILE_WORKERS", "0"))
+        count = default_count()
         _workers = Workers(count, (target.backend, target.arch, target.warp_size)) if count > 0 else False
     return _workers or None
 
 
+def spec(launch):
+    """What Triton's JIT compiles ``launch``'s kernel for at a first launch with 16-byte aligned
+    pointers: (signature, constexprs, attrs, options as a dict). Computed as the JIT's own run()
+    does (its argument binder on the pointer dtypes, then its packing), so the worker's compile
+    has the very cache key that the parent's warmup() looks up."""
+    from triton import knobs
+    from triton.runtime.driver import driver
+    from triton.runtime.jit import MockTensor
+    fn = launch.kernel
+    kwargs = dict(num_warps=launch.num_warps, **launch.constexprs, **launch.options)
+    kwargs["debug"] = kwargs.get("debug", fn.debug) or knobs.runtime.debug
+    kwargs["instrumentation_mode"] = knobs.compilation.instrumentation_mode
+    _, _, _, backend, binder = fn.device_caches[driver.active.get_current_device()]
+    bound, specialization, options = binder(*map(MockTensor.wrap_dtype, launch.dtypes), **kwargs)
+    options, signature, constexprs, attrs = fn._pack_args(backend, kwargs, bound, specialization, options)
+    return signature, constexprs, attrs, dict(options.__dict__)
+
+
 def task(launch, target):
-    """What a worker needs to compile ``launch``'s kernel: its module's file and name, the
-    kernel's name, warmup's arguments, the GPU target, and Triton's settings from the environment
-    (the cache directory above all)."""
+    """What a worker needs to compile ``launch``'s kernel: its module's file and name, the kernel's
+    name, spec(), the GPU target, and Triton's settings from the environment (the cache
+    directory above all)."""
     fn = launch.kernel
     module = sys.modules[fn.fn.__module__]
     env = {k: v for k, v in os.environ.items() if k.startswith("TRITON_")}
-    return (module.__file__, module.__name__, fn.__name__, launch.dtypes, launch.grid, launch.num_warps,
-            launch.constexprs, launch.options, (target.backend, target.arch, target.warp_size), env)
+    return (module.__file__, module.__name__, fn.__name__, *spec(launch),
+            (target.backend, target.arch, target.warp_size), env)
 
 
-class OfflineDriver:
-    """What Triton's JIT asks its driver before compiling (warmup never launches): the parent's
-    GPU target, and device 0. Nothing here touches a GPU (nor needs one)."""
+# ---- in the worker ----
 
-    def __init__(self, target):
-        self.target = target
-
-    def get_current_device(self):
-        return 0
-
-    def get_current_stream(self, device=None):
-        return 0
-
-    def get_current_target(self):
-        return self.target
+def kernels(path, name):
+    """The kernel part of the generated module at ``path`` (above WRAPPER_MARK), executed as
+    module ``name`` from that file (the kernels' source lines, hence their cache keys, are the
+    parent's)."""
+    with open(path) as f:
+        text = f.read()
+    cut = text.find("\n" + WRAPPER_MARK)
+    namespace = {"__name__": name, "__file__": path}
+    exec(compile(text if cut < 0 else text[:cut + 1], path, "exec"), namespace)
+    return namespace
 
 
-def _run(args, modules, targets):
-    path, name, kernel, dtypes, grid, num_warps, constexprs, options, target, env = args
+def _run(args, modules):
+    path, name, kernel, signature, constexprs, attrs, options, target, env = args
     for k in [k for k in os.environ if k.startswith("TRITON_") and k not in env]:
         del os.environ[k]
     os.environ.update(env)
-    if targets.get("current") != target:  # (a kernel's first compile in this worker keeps its target)
-        from triton.backends.compiler import GPUTarget
-        from triton.runtime.driver import driver
-        driver.set_active(OfflineDriver(GPUTarget(*target)))
-        targets["current"] = target
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
     if path not in modules:
-        spec = importlib.util.spec_from_file_location(name, path)
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)
-        modules[path] = mod
-    fn = getattr(modules[path], kernel)
-    fn.warmup(*dtypes, grid=(grid,), num_warps=num_warps, **constexprs, **options)
+        modules[path] = kernels(path, name)
+    fn = modules[path][kernel]
+    triton.compile(ASTSource(fn, signature, constexprs, attrs), target=GPUTarget(*target), options=options)
 
 
 # compiled once by each worker before it says it is ready, so that its first task does not pay
@@ -176,35 +204,33 @@ def primer(x_ptr, y_ptr, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
 """
 
 
-def _prime(target, modules, targets):
+def _prime(target):
     import tempfile
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "pydynamo_compile_primer.py")
         with open(path, "w") as f:
             f.write(PRIMER)
-        import torch
-        _run((path, "pydynamo_compile_primer", "primer", (torch.float32, torch.float32), 1, 4,
-              {"XBLOCK": 2, "RBLOCK": 8}, {}, target, {"TRITON_CACHE_DIR": d}), modules, targets)
-        del modules[path]
+        aligned = [["tt.divisibility", 16]]
+        _run((path, "pydynamo_compile_primer", "primer",
+              {"x_ptr": "*fp32", "y_ptr": "*fp32", "XBLOCK": "constexpr", "RBLOCK": "constexpr"},
+              {(2,): 2, (3,): 8}, {(0,): aligned, (1,): aligned}, {"num_warps": 4}, target,
+              {"TRITON_CACHE_DIR": d}), {})
 
 
-def main():
+def main(argv=()):
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # stray prints must not corrupt the answers
     inp = sys.stdin.buffer
     try:
-        os.nice(10)  # starting up (importing torch), workers yield the CPU to their parent's compile
+        os.nice(10)  # workers yield the CPU to their parent (its first calls, its codegen)
     except (AttributeError, OSError):
         pass
-    import torch  # noqa: F401  (the generated modules import it)
     import triton.compiler  # noqa: F401
-
-    import pydynamo.backends.triton.runtime  # noqa: F401  (and this)
-    modules, targets = {}, {}
-    if len(sys.argv) > 1:
-        backend, arch, warp_size = sys.argv[1].split(",")
+    modules = {}
+    if argv:
+        backend, arch, warp_size = argv[0].split(",")
         try:
-            _prime((backend, int(arch), int(warp_size)), modules, targets)
+            _prime((backend, int(arch), int(warp_size)))
         except Exception:
             pass  # its first task will load what it needs
     _send(out, "ready")
@@ -214,11 +240,7 @@ def main():
         except EOFError:
             return
         try:
-            _run(args, modules, targets)
+            _run(args, modules)
             _send(out, (True, ""))
         except Exception as e:
             _send(out, (False, f"{type(e).__name__}: {e}"))
-
-
-if __name__ == "__main__":
-    main()

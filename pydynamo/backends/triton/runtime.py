@@ -157,7 +157,12 @@ def _compile(launch, workers, target):
     Triton's disk cache), else here."""
     if workers is not None:
         from .compile_worker import task
-        workers.compile(task(launch, target))
+        try:
+            work = task(launch, target)
+        except Exception as e:  # a Triton whose JIT this does not know: compile here
+            log.debug("%s: not compiled in a worker: %s", getattr(launch.kernel, "__name__", launch.kernel), e)
+        else:
+            workers.compile(work)
     launch.warmup()
 
 
