@@ -179,3 +179,10 @@ def test_worker_count(monkeypatch):
     assert compile_worker.default_count() == 3
     monkeypatch.delenv("PYDYNAMO_TRITON_COMPILE_WORKERS")
     assert 1 <= compile_worker.default_count() <= 16
+
+
+def test_a_forked_child_does_not_use_its_parents_workers(monkeypatch):
+    from triton.backends.compiler import GPUTarget
+    monkeypatch.setenv("PYDYNAMO_TRITON_COMPILE_WORKERS", "0")
+    monkeypatch.setattr(compile_worker, "_workers", (os.getpid() + 1, "the parent's workers"))
+    assert compile_worker.workers(GPUTarget(*TARGET)) is None

@@ -44,12 +44,12 @@ def triton_backend(gm, example_inputs):
     gm, single = _tuple_output(gm)
     _start_compile_workers()
     # The min-cut partitioner saves for backward the cheapest set of tensors and recomputes fused
-    # pointwise work from them (e.g. layer_norm's mean/rstd rather than its normalized output)
+    # pointwise work from them (e.g. layer_norm's mean/rstd rather than its normalized output).
     # PYDYNAMO_TRITON_EAGER_BACKWARD=1 generates the backward with the forward rather than at the
     # first backward (AOTAutograd's default), so its kernels compile while the forward first runs;
-    # no kernel compile starts until both are generated. H100, cold GPT step (row e), without that
-    # deferral: 3.67 -> 2.72-3.04 s; but a module called with grad enabled and never
-    # backpropagated pays for a backward it does not use (row d: 0.23-0.27 -> 0.33-0.48 s)
+    # no kernel compile starts until both are generated. H100, with compile workers: the cold GPT
+    # step (row e) 3.3-3.7 -> 2.8-3.6 s, but a module called with grad enabled and never
+    # backpropagated pays for a backward it does not use (row d: 0.22-0.35 -> 0.31-0.42 s)
     eager_bw = os.environ.get("PYDYNAMO_TRITON_EAGER_BACKWARD", "0") == "1"
     from . import runtime
     with torch._functorch.config.patch(force_non_lazy_backward_lowering=eager_bw), \

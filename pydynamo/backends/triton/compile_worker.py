@@ -122,10 +122,10 @@ def workers(target):
     """This process's workers, started on first use for ``target`` (a triton GPUTarget); None
     when there are to be none."""
     global _workers
-    if _workers is None:
+    if _workers is None or _workers[0] != os.getpid():  # (a forked child must not share its parent's pipes)
         count = default_count()
-        _workers = Workers(count, (target.backend, target.arch, target.warp_size)) if count > 0 else False
-    return _workers or None
+        _workers = os.getpid(), Workers(count, (target.backend, target.arch, target.warp_size)) if count > 0 else None
+    return _workers[1]
 
 
 def spec(launch):
