@@ -1,6 +1,7 @@
 """Model step times: eager, torch.compile(inductor) and pydynamo(inductor), in one run.
 
     python tools/bench_models.py [--models resnet,gpt,bert] [--modes infer,train] [--iters 20]
+    python tools/bench_models.py --backend triton    # pydynamo with its bundled Triton backend
 
 For each model and mode it prints the step time of each system (CUDA events; the systems are
 timed in turns, best of 10 rounds of medians), the ratio pydynamo / torch.compile (target: <= 1.02; the median over rounds
@@ -76,7 +77,7 @@ def _make_step(fn, model, inputs, mode):
     return step
 
 
-def bench(name, mode, device, size, iters, rounds=10):
+def bench(name, mode, device, size, iters, rounds=10, backend="inductor"):
     """All three systems built first, then timed in turns (`rounds` rounds of iters/rounds steps
     each), so drifts in clocks or load hit all alike. Each system gets its own copy of the model
     with the same weights."""
@@ -96,7 +97,7 @@ def bench(name, mode, device, size, iters, rounds=10):
             counter = Counting(compile_fx)
             fn = torch.compile(model, backend=counter)
         else:
-            counter = Counting(pydynamo.lookup_backend("inductor"))
+            counter = Counting(pydynamo.lookup_backend(backend))
             fn = pydynamo.compile(model, backend=counter)
         step = _make_step(fn, model, inputs, mode)
         t0 = time.perf_counter()
@@ -122,6 +123,7 @@ def main():
     p.add_argument("--models", default="resnet,gpt,bert")
     p.add_argument("--modes", default="infer,train")
     p.add_argument("--iters", type=int, default=60)
+    p.add_argument("--backend", default="inductor", help="pydynamo's backend (torch.compile's is inductor)")
     a = p.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     size = "bench" if device == "cuda" else "small"
@@ -129,12 +131,12 @@ def main():
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
     print(f"device: {torch.cuda.get_device_name() if device == 'cuda' else 'cpu (smoke run, small models)'}; "
-          f"torch {torch.__version__}; python {sys.version.split()[0]}")
+          f"torch {torch.__version__}; python {sys.version.split()[0]}; pydynamo backend: {a.backend}")
     print(f"{'model':<7}{'mode':<6}{'eager ms':>10}{'torch ms':>10}{'ours ms':>10}{'ours/torch':>12}"
           f"{'graphs t/o':>12}{'1st call t/o s':>17}{'spread t/o':>13}")
     for name in a.models.split(","):
         for mode in a.modes.split(","):
-            r, paired = bench(name, mode, device, size, a.iters)
+            r, paired = bench(name, mode, device, size, a.iters, backend=a.backend)
             (e, _, _, _), (t, tf, tg, ts), (o, of, og, os_) = r["eager"], r["torch.compile"], r["pydynamo"]
             print(f"{name:<7}{mode:<6}{e:>10.3f}{t:>10.3f}{o:>10.3f}{paired:>12.3f}{f'{tg}/{og}':>12}"
                   f"{f'{tf:.1f}/{of:.1f}':>17}{f'{ts:.1%}/{os_:.1%}':>13}", flush=True)
