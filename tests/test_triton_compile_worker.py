@@ -186,3 +186,51 @@ def test_a_forked_child_does_not_use_its_parents_workers(monkeypatch):
     monkeypatch.setenv("PYDYNAMO_TRITON_COMPILE_WORKERS", "0")
     monkeypatch.setattr(compile_worker, "_workers", (os.getpid() + 1, "the parent's workers"))
     assert compile_worker.workers(GPUTarget(*TARGET)) is None
+
+
+def test_the_float32_rsqrt_helper_is_tl_rsqrts_instruction_without_libdevice(tmp_path, monkeypatch):
+    """The generated modules' rsqrt_ftz(x) compiles (for sm_90, offline) to the instruction that
+    tl.rsqrt's libdevice call becomes, so results are the same bits, and needs no libdevice link."""
+    import importlib.util
+    import re
+
+    import triton
+    import triton.experimental.gluon  # noqa: F401  (see above)
+    from triton import knobs
+    from triton.backends.compiler import GPUTarget
+    from triton.backends.nvidia import compiler as nvc
+    from triton.compiler import ASTSource
+
+    from pydynamo.backends.triton.wrapper import HEADER
+    path = tmp_path / "rsqrt_mod.py"
+    path.write_text(HEADER.format(summary="") + '''
+
+@triton.jit
+def ours(x_ptr, y_ptr, XBLOCK: tl.constexpr):
+    i = tl.arange(0, XBLOCK)
+    tl.store(y_ptr + i, rsqrt_ftz(tl.load(x_ptr + i) + 1e-5))
+
+
+@triton.jit
+def theirs(x_ptr, y_ptr, XBLOCK: tl.constexpr):
+    i = tl.arange(0, XBLOCK)
+    tl.store(y_ptr + i, tl.rsqrt(tl.load(x_ptr + i) + 1e-5))
+''')
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(knobs.runtime, "interpret", False)
+    spec = importlib.util.spec_from_file_location("rsqrt_mod_for_test", path)
+    mod = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, mod)
+    spec.loader.exec_module(mod)
+    linked = []
+    orig = nvc.llvm.link_extern_libs
+    monkeypatch.setattr(nvc.llvm, "link_extern_libs", lambda m, paths: (linked.append(1), orig(m, paths)))
+    for dtype, expected in (("*fp32", "rsqrt.approx.ftz.f32"), ("*fp64", "rsqrt.approx.f64")):
+        found = {}
+        for name in ("ours", "theirs"):
+            del linked[:]
+            k = triton.compile(ASTSource(getattr(mod, name), {"x_ptr": dtype, "y_ptr": dtype, "XBLOCK": "constexpr"},
+                                         {(2,): 128}, {}), target=GPUTarget(*TARGET), options={"num_warps": 4})
+            found[name] = (sorted(set(re.findall(r"\brsqrt\.[\w.]+", k.asm["ptx"]))), bool(linked))
+        assert found["theirs"] == ([expected], True), found
+        assert found["ours"] == ([expected], dtype == "*fp64"), found  # float64 still goes through libdevice

@@ -74,7 +74,8 @@ def neutral(kind, dtype):
 # Unary math, x is the operand's text.  (gpu form, interpreter form)
 _UNARY = {
     "exp": ("tl.exp({x})", None), "exp2": ("tl.exp2({x})", None), "log": ("tl.log({x})", None),
-    "log2": ("tl.log2({x})", None), "sqrt": ("tl.sqrt({x})", None), "rsqrt": ("tl.rsqrt({x})", None),
+    "log2": ("tl.log2({x})", None), "sqrt": ("tl.sqrt({x})", None),
+    "rsqrt": ("rsqrt_ftz({x})", "tl.rsqrt({x})"),  # (wrapper.HEADER's helper)
     "sin": ("tl.sin({x})", None), "cos": ("tl.cos({x})", None), "abs": ("tl.abs({x})", None),
     "neg": ("-{x}", None), "reciprocal": ("1.0 / {x}", None), "sigmoid": ("(1.0 / (1.0 + tl.exp(-{x})))", None),
     "erf": ("tl.erf({x})", None), "floor": ("tl.floor({x})", None), "ceil": ("tl.ceil({x})", None),
@@ -117,7 +118,7 @@ def power(x, e, dtype):
     if e == 0.5:
         return f"tl.sqrt({x})"
     if e == -0.5:
-        return f"tl.rsqrt({x})"
+        return unary("rsqrt", x)
     if float(e).is_integer() and 2 <= abs(e) <= 4:
         prod = " * ".join([x] * int(abs(e)))
         return f"({prod})" if e > 0 else f"(1.0 / ({prod}))"
