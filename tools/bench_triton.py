@@ -12,8 +12,9 @@ Reported per workload: time per call (ms, CUDA events via triton.testing.do_benc
 --rounds rounds that alternate the backends, and t/ind the median of the rounds' ratios), achieved
 GB/s for the memory-bound ones against a device-to-device copy's GB/s, cold compile time (fresh
 pydynamo, Inductor and Triton caches, modules already imported by an untimed tiny compile with
-each backend; graph -> first result; the median of --cold compiles that alternate the backends,
-as one compile's time moves by 2x from run to run, Inductor's most), and our/Inductor ratios.
+each backend; each starts once the CPUs are quiet; graph -> first result; the median of --cold
+compiles that alternate the backends, as one compile's time moves by 2x from run to run, Inductor's
+most), and our/Inductor ratios.
 Targets: (a) >= 90% of copy bandwidth; (b)-(e) time ratio <= 1.0; compile ratio <= 0.5.
 """
 import argparse
@@ -216,10 +217,36 @@ def copy_gbps(device, nbytes):
     return 2 * nbytes / ms / 1e6
 
 
+def _cpu_ticks():
+    with open("/proc/stat") as f:
+        fields = [int(v) for v in f.readline().split()[1:]]
+    return sum(fields), fields[3] + fields[4]  # all, idle + iowait
+
+
+def quiet(busy_cores=1.0, most_s=10.0):
+    """Wait until the machine's CPUs are quiet (under ``busy_cores`` cores busy over 0.2 s; at
+    most ``most_s`` seconds), so that one compile does not run beside the background work of the
+    one before (Inductor's compile pool, our compile workers, a lazy import)."""
+    import gc
+    gc.collect()
+    ncpu = os.cpu_count() or 1
+    end = time.perf_counter() + most_s
+    try:
+        while time.perf_counter() < end:
+            all0, idle0 = _cpu_ticks()
+            time.sleep(0.2)
+            all1, idle1 = _cpu_ticks()
+            if all1 > all0 and (1 - (idle1 - idle0) / (all1 - all0)) * ncpu < busy_cores:
+                return
+    except OSError:  # no /proc/stat
+        time.sleep(1.0)
+
+
 def compile_one(backend, fn, inputs, training, device):
     """Cold compile and the first step: (step function, compile seconds, output, grads)."""
     module = isinstance(fn, nn.Module)
     fn = copy.deepcopy(fn) if module else fn
+    quiet()
     with fresh_caches():
         t0 = time.perf_counter()
         compiled = compile_with(backend, fn, inputs)
