@@ -2,6 +2,7 @@
 a GPU, they compile the kernels of a generated module for a GPU target into Triton's disk cache,
 under the very keys the parent's JIT then looks up; a task they cannot do answers False (the
 parent then compiles) without losing the worker."""
+import contextlib
 import glob
 import os
 import sys
@@ -101,9 +102,9 @@ class OfflineDriver:
         return self.target
 
 
-def generated_module(tmp_path):
-    """A generated module's source for a graph with pointwise, row (softmax), scan-free reduction,
-    gather (a kernel compiled with debug=True for its index checks), int64 and bool kernels."""
+def generated_module(f, inputs, gpu_forms=False):
+    """The generated module's source for f's forward graph (``gpu_forms``: what it would be on a
+    GPU, where some ops are libdevice calls that the interpreter lacks)."""
     from torch._functorch.aot_autograd import aot_module_simplified
 
     from pydynamo.backends.triton import generate_source
@@ -111,38 +112,29 @@ def generated_module(tmp_path):
     sources = []
 
     def grab(gm, example_inputs):
-        sources.append(generate_source(gm))
+        interpret = os.environ["TRITON_INTERPRET"]
+        os.environ["TRITON_INTERPRET"] = "0" if gpu_forms else interpret
+        try:
+            sources.append(generate_source(gm))
+        finally:
+            os.environ["TRITON_INTERPRET"] = interpret
         return gm
-
-    def f(x, w, idx):
-        e = F.embedding(idx, w)
-        s = torch.softmax(x * 2.0, dim=-1)
-        return (s + e.sum(0), (x > 0).any(-1), idx * 3 + 1, F.gelu(x).amax(0))
-    gm = torch.fx.symbolic_trace(f)
-    aot_module_simplified(gm, [torch.randn(8, 32), torch.randn(10, 32), torch.randint(0, 10, (8,))],
-                          fw_compiler=grab, decompositions=decomposition_table())
+    aot_module_simplified(torch.fx.symbolic_trace(f), inputs, fw_compiler=grab, decompositions=decomposition_table())
     return sources[0]
 
 
-def test_workers_compile_the_kernels_the_parents_jit_then_finds(tmp_path, monkeypatch, no_torch):
-    """For each kernel of a generated module: a worker compiles it (from the module's kernel part
-    alone, without torch), then the parent's warmup, Triton's own JIT path, finds it in the disk
-    cache and compiles nothing. So the worker's cache key is the JIT's, for every kind of kernel."""
-    import triton.compiler.compiler as tc
+@contextlib.contextmanager
+def offline_launches(tmp_path, monkeypatch, src):
+    """The launch sites of the generated module ``src``, its kernels as Triton JITFunctions, with
+    Triton's driver answering for an sm_90 GPU: (launches, target)."""
+    import importlib.util
+
     import triton.experimental.gluon  # noqa: F401  (Triton's JIT imports it; under the interpreter
     from triton import knobs          # it must be imported while interpret is on)
     from triton.backends.compiler import GPUTarget
     from triton.runtime.driver import driver
-
-    src = generated_module(tmp_path)
-    assert "debug=True" in src and "tl.device_assert" in src
-    head = src[:src.index(compile_worker.WRAPPER_MARK)]
-    assert not [line for line in head.splitlines() if "torch" in line and not line.startswith("#")]
     path = tmp_path / "g_worker_test.py"
     path.write_text(src)
-    cache = tmp_path / "triton-cache"
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(cache))
-    import importlib.util
     spec = importlib.util.spec_from_file_location("pydynamo_triton_worker_test", path)
     mod = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, spec.name, mod)
@@ -150,11 +142,34 @@ def test_workers_compile_the_kernels_the_parents_jit_then_finds(tmp_path, monkey
     spec.loader.exec_module(mod)
     call = mod.make([], None)  # (precompile does nothing under TRITON_INTERPRET=1)
     launches = [c.cell_contents for c in call.__closure__ if isinstance(c.cell_contents, runtime.Launch)]
-    assert len(launches) == src.count("\ndef triton_") >= 2
+    assert len(launches) == src.count("\ndef triton_")
     target = GPUTarget(*TARGET)
     before = driver._active  # (this machine may have no GPU driver to reset to)
     driver.set_active(OfflineDriver(target))
     try:
+        yield launches, target
+    finally:
+        driver.set_active(before)
+
+
+def test_workers_compile_the_kernels_the_parents_jit_then_finds(tmp_path, monkeypatch, no_torch):
+    """For each kernel of a generated module: a worker compiles it (from the module's kernel part
+    alone, without torch), then the parent's warmup, Triton's own JIT path, finds it in the disk
+    cache and compiles nothing. So the worker's cache key is the JIT's, for every kind of kernel:
+    pointwise, row (softmax), reduction, gather (compiled with debug=True for its index checks),
+    int64 and bool."""
+    import triton.compiler.compiler as tc
+
+    def f(x, w, idx):
+        e = F.embedding(idx, w)
+        s = torch.softmax(x * 2.0, dim=-1)
+        return (s + e.sum(0), (x > 0).any(-1), idx * 3 + 1, F.gelu(x).amax(0))
+    src = generated_module(f, [torch.randn(8, 32), torch.randn(10, 32), torch.randint(0, 10, (8,))])
+    assert "debug=True" in src and "tl.device_assert" in src and src.count("\ndef triton_") >= 2
+    head = src[:src.index(compile_worker.WRAPPER_MARK)]
+    assert not [line for line in head.splitlines() if "torch" in line and not line.startswith("#")]
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-cache"))
+    with offline_launches(tmp_path, monkeypatch, src) as (launches, target):
         w = Workers(2, TARGET)
         assert ready(w, 2)
         for launch in launches:
@@ -170,8 +185,46 @@ def test_workers_compile_the_kernels_the_parents_jit_then_finds(tmp_path, monkey
             launch.warmup()
             assert launch.warm.asm["cubin"][:4] == b"\x7fELF"
         assert not compiled_here, compiled_here
-    finally:
-        driver.set_active(before)
+
+
+def test_the_workers_small_libdevice_compiles_the_same_cubins(tmp_path, monkeypatch, no_torch):
+    """Workers link a small libdevice (compile_worker.Libdevice); kernels that call libdevice
+    (erf, log, tanh, pow, sin, float64 exp and log1p) compile in them to the very cubins that
+    Triton makes here with the whole libdevice.10.bc."""
+    import triton
+    from triton.backends.nvidia import compiler as nvc
+    from triton.compiler import ASTSource
+
+    def f(x, d, y):
+        return (F.gelu(x) + torch.log_softmax(x, -1) + torch.tanh(x) * torch.sin(x) + x.abs().pow(1.7),
+                (d.exp() + d.log1p()).sum(0), torch.erf(y) * torch.cos(y))
+    src = generated_module(f, [torch.randn(8, 32), torch.rand(8, 32, dtype=torch.float64), torch.randn(50)],
+                           gpu_forms=True)
+    assert "libdevice.tanh" in src and "libdevice.pow" in src
+    workers_cache = tmp_path / "workers-cache"
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(workers_cache))
+    with offline_launches(tmp_path, monkeypatch, src) as (launches, target):
+        w = Workers(2, TARGET)
+        assert ready(w, 2)
+        assert w.note.startswith("small libdevice"), w.note
+        said = []
+        for launch in launches:
+            assert w.compile(task(launch, target)) is True, launch.kernel.__name__
+            said.append(w.said)
+        assert said.count("libdevice linked small") >= 2 and "libdevice linked whole" not in said, said
+        linked = []
+        full = nvc.llvm.link_extern_libs
+        monkeypatch.setattr(nvc.llvm, "link_extern_libs", lambda m, paths: (linked.append(paths), full(m, paths)))
+        monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "here"))
+        for launch in launches:
+            signature, constexprs, attrs, options = compile_worker.spec(launch)
+            here = triton.compile(ASTSource(launch.kernel, signature, constexprs, attrs), target=target,
+                                  options=options)
+            name = launch.kernel.__name__
+            theirs = glob.glob(str(workers_cache / "*" / f"{name}.cubin"))
+            assert len(theirs) == 1, name
+            assert open(theirs[0], "rb").read() == here.asm["cubin"], name
+        assert len(linked) >= 2 and all(p[0].endswith("libdevice.10.bc") for p in linked), linked
 
 
 def test_worker_count(monkeypatch):
