@@ -11,8 +11,9 @@ argument binder, see spec()). The worker executes the module's kernel part (ever
 WRAPPER_MARK, which imports only triton) under the module's own file name and module name, so
 the kernel's cache key is the parent's, and compiles it with ``triton.compile`` for the parent's
 GPU target, never touching a GPU. The result lands in Triton's on-disk cache, where the parent's
-own ``warmup`` of the same kernel then finds it. What a worker cannot do, the parent does itself:
-workers only ever save time.
+own ``warmup`` of the same kernel then finds it. A worker links kernels that call libdevice
+against a small copy of it (Libdevice): the same cubin, sooner. What a worker cannot do, the
+parent does itself: workers only ever save time.
 
 Workers start when the triton backend is first entered with CUDA inputs (so they are ready by the
 time AOTAutograd hands over a graph), take tasks once ready (until then kernels compile in the
