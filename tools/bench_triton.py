@@ -386,33 +386,34 @@ def main():
     for wname, fn, inputs, nbytes, training in workloads(device, scale):
         if args.only and wname[0] not in args.only:
             continue
-        res, steps, colds = {}, {}, {b: [] for b in backends}
+        runs = {b: [] for b in backends}  # backend -> compile_one's answers
         for rep in range(max(1, args.cold)):  # cold compiles alternate between the backends
-            for b in backends:
-                if b in colds and not (rep and b == "eager"):
-                    try:
-                        steps[b], cold, *res[b] = compile_one(b, fn, inputs, training, device)
-                        colds[b].append(cold)
-                    except Exception as e:  # keep the table going; show what failed
-                        print(f"  {wname}: {b} failed: {type(e).__name__}: {e}")
-                        del colds[b]
-        res = {b: (sorted(colds[b])[len(colds[b]) // 2], *r) for b, r in res.items() if b in colds}
-        steps = {b: f for b, f in steps.items() if b in colds}
+            for b in [b for b in runs if not (rep and b == "eager")]:
+                try:
+                    runs[b].append(compile_one(b, fn, inputs, training, device))
+                except Exception as e:  # keep the table going; show what failed
+                    print(f"  {wname}: {b} failed: {type(e).__name__}: {e}")
+                    del runs[b]
+        steps = {b: r[-1][0] for b, r in runs.items()}
+        res = {b: (_median([cold for _, cold, _, _ in r]), *r[-1][2:]) for b, r in runs.items()}
         times = time_rounds(steps, device, args.rounds)
         row = _row(wname, res, times, nbytes, copy_bw)
         del res, steps
         print("| " + " | ".join(row) + " |", flush=True)
 
 
+def _median(xs):
+    return sorted(xs)[len(xs) // 2] if xs else None
+
+
 def _row(wname, res, times, nbytes, copy_bw):
     """Table cells; res[b] = (compile s, output, grads), times[b] = ms per round. Times are
     medians over rounds, t/ind the median of each round's ratio."""
     f = lambda v, p=3: "-" if v is None else f"{v:.{p}f}"  # noqa: E731
-    med = lambda xs: sorted(xs)[len(xs) // 2] if xs else None  # noqa: E731
-    ms = {b: med(t) for b, t in times.items()}
+    ms = {b: _median(t) for b, t in times.items()}
     get = lambda b, i: res[b][i] if b in res else None  # noqa: E731
     tri, ind = ms.get("triton"), ms.get("inductor")
-    ratio = med([a / b for a, b in zip(times["triton"], times["inductor"])]) if tri and ind else None
+    ratio = _median([a / b for a, b in zip(times["triton"], times["inductor"])]) if tri and ind else None
     gbps = nbytes / tri / 1e6 if nbytes and tri else None
     err = None
     if "triton" in res and "eager" in res:

@@ -24,6 +24,7 @@ import logging
 import os
 import pickle
 import queue
+import re
 import struct
 import subprocess
 import sys
@@ -244,7 +245,6 @@ class Libdevice:
         """Cut the captured module down to libdevice's part and write it: every function but the
         kernel (libdevice's entry points made external again), the globals, types, declarations and
         attribute groups, and the metadata those functions reference."""
-        import re
         out, keep = [], False
         for line in self.captured.splitlines():
             if line.startswith("define "):
