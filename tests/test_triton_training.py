@@ -163,6 +163,23 @@ def test_backward_generated_with_the_forward(monkeypatch, caplog):
     train_step_matches(Attention(), [torch.randn(2, 5, 16)])
 
 
+def test_aot_autograd_makes_lazy_graph_modules(monkeypatch):
+    """AOTAutograd runs with lazy graph modules, so the GraphModules its tracer and partitioner
+    make on the way generate their Python code only if called (a cold compile's cost); the
+    forward, and the backward compiled at the first backward outside that setting, match eager."""
+    from torch._functorch import partitioners
+    from torch.fx import _lazy_graph_module
+    lazy = []
+    partition = partitioners.min_cut_rematerialization_partition
+
+    def spy(joint, *args, **kwargs):
+        lazy.append(_lazy_graph_module._use_lazy_graph_module_flag)
+        return partition(joint, *args, **kwargs)
+    monkeypatch.setattr(partitioners, "min_cut_rematerialization_partition", spy)
+    train_step_matches(MLP(), [torch.randn(4, 16, requires_grad=True)])
+    assert lazy == [True] and not _lazy_graph_module._use_lazy_graph_module_flag
+
+
 def test_deferred_precompile_submits_every_launch_once_in_order(monkeypatch):
     """While both graphs are generated, precompile() only queues; on leaving, one submission in
     the order the launches came (forward first), and into an outer queue when nested."""
