@@ -359,7 +359,7 @@ def main():
     ap.add_argument("--count", action="store_true", help="kernels and ATen calls per graph (no GPU needed)")
     ap.add_argument("--profile", action="store_true", help="per-kernel GPU time, triton and inductor")
     ap.add_argument("--rounds", type=int, default=5, help="alternating timing rounds (median reported)")
-    ap.add_argument("--cold", type=int, default=3, help="cold compiles per backend, alternating (median reported)")
+    ap.add_argument("--cold", type=int, default=5, help="cold compiles per backend, alternating (median reported)")
     args = ap.parse_args()
     if args.count:
         return count(16 if args.quick else 1)
