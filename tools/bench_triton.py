@@ -391,7 +391,8 @@ def main():
             # and which compiler goes first alternates too: the first compile of a row pays for
             # what the row's new shapes and dtypes leave warm in torch's shared code
             compilers = [b for b in runs if b != "eager"]
-            order = (["eager"] if rep == 0 and "eager" in runs else []) + compilers[::1 - 2 * (rep % 2)]
+            order = (["eager"] if rep == 0 and "eager" in runs else []) + \
+                (compilers if rep % 2 == 0 else compilers[::-1])
             for b in [b for b in order if b in runs]:
                 try:
                     runs[b].append(compile_one(b, fn, inputs, training, device))

@@ -56,7 +56,7 @@ def triton_backend(gm, example_inputs):
     from . import runtime
     # Lazy graph modules: AOTAutograd and its partitioner make a GraphModule at every step and
     # each would generate and compile its Python code at once; lazily, only the ones called are
-    # (row d on the H100 host: the partition 15-38 -> 10-20 ms)
+    # (row d on the H100 host: the partition 15-38 -> 9-21 ms)
     with torch._functorch.config.patch(force_non_lazy_backward_lowering=eager_bw), \
             _use_lazy_graph_module(True), \
             (runtime.deferred_precompile() if eager_bw else contextlib.nullcontext()):
