@@ -332,9 +332,22 @@ static int report_callback_error(void)
 
 /* New reference to the entry to run now, or NULL to run the frame normally (no exception set),
  * or NULL with *raise set and an exception set: the frame must raise it without running. */
+/* Drop the entries whose guards hold an object that has died (a deleted model): they can never
+ * hit again, and must not count against the cache-size limit. */
+static int drop_dead_entries(ExtraState *st)
+{
+    if (st == NULL || st->entries == NULL) return 0;
+    for (Py_ssize_t i = PyList_GET_SIZE(st->entries) - 1; i >= 0; i--) {
+        CacheEntryObject *e = (CacheEntryObject *)PyList_GET_ITEM(st->entries, i);
+        if (pyd_guardset_is_dead(e->guards) && PyList_SetSlice(st->entries, i, i + 1, NULL) < 0) return -1;
+    }
+    return 0;
+}
+
 static CacheEntryObject *ask_callback(PyObject *callback, _PyInterpreterFrame *f, ExtraState *st, int *raise)
 {
     PyCodeObject *co = PYD_FRAME_CODE(f);
+    if (drop_dead_entries(st) < 0) goto error;
     Py_ssize_t size = (st && st->entries) ? PyList_GET_SIZE(st->entries) : 0;
     FrameObject *fo = PyObject_New(FrameObject, &PydFrame_Type);
     if (fo == NULL) goto error;

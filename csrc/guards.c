@@ -413,6 +413,15 @@ int pyd_guardset_check(PyObject *self, const PydGuardCtx *ctx, PyObject **why)
     return 0;
 }
 
+int pyd_guardset_is_dead(PyObject *self)
+{
+    if (!PyObject_TypeCheck(self, &PydGuardSet_Type)) return 0;
+    GuardSetObject *gs = (GuardSetObject *)self;
+    for (Py_ssize_t i = 0; i < gs->n; i++)
+        if (gs->checks[i].weak && PyWeakref_GET_OBJECT(gs->checks[i].value) == Py_None) return 1;
+    return 0;
+}
+
 Py_ssize_t pyd_guardset_max_local(PyObject *self) { return ((GuardSetObject *)self)->max_local; }
 
 /* ---------------------------------------------------------------- chains outside checks */

@@ -20,6 +20,10 @@ extern PyTypeObject PydGuardSet_Type;
  * check fails, *why receives a new reference to a str naming the failed check. */
 int pyd_guardset_check(PyObject *guardset, const PydGuardCtx *ctx, PyObject **why);
 
+/* 1 if a check of this GuardSet holds a weak reference whose object has died (the set can
+ * never pass again); 0 otherwise, or for anything that is not a GuardSet. */
+int pyd_guardset_is_dead(PyObject *guardset);
+
 /* The highest argument slot any check reads, or -1. */
 Py_ssize_t pyd_guardset_max_local(PyObject *guardset);
 

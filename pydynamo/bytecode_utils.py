@@ -10,6 +10,7 @@ free variables, letting the ``bytecode`` package compute offsets, stack size and
 """
 import dataclasses
 import sys
+import functools
 import types
 from typing import Any, Optional
 
@@ -294,6 +295,13 @@ def create_pop_jump(if_true, label, lineno=None) -> Instr:
                  lineno=lineno)
 
 
+def create_try(handler) -> tuple:
+    """(begin, end) markers of a range whose exceptions go to label ``handler`` with the
+    exception pushed on the stack as it was at ``begin`` (no lasti)."""
+    begin = bytecode.TryBegin(handler, push_lasti=False)
+    return begin, bytecode.TryEnd(begin)
+
+
 def create_jump_forward(label, lineno=None) -> Instr:
     return Instr("JUMP_FORWARD", label, lineno=lineno)
 
@@ -340,6 +348,65 @@ def exception_handlers(code: types.CodeType) -> list:
         elif isinstance(item, bytecode.TryBegin):
             targets.append(item.target)
     return sorted({label_at[id(t)] for t in targets if id(t) in label_at})
+
+
+def handler_of(code: types.CodeType) -> list:
+    """For each instruction index (as in ``decode``), the index of the instruction where an
+    exception raised there is handled (the exception table's innermost entry), or None."""
+    out, index, label_at, current = [], 0, {}, None
+    items = list(Bytecode.from_code(code))
+    for item in items:
+        if isinstance(item, Label):
+            label_at[id(item)] = index
+        elif isinstance(item, Instr):
+            index += 1
+    for item in items:
+        if isinstance(item, bytecode.TryBegin):
+            current = label_at.get(id(item.target))
+        elif isinstance(item, bytecode.TryEnd):
+            current = None
+        elif isinstance(item, Instr):
+            out.append(current)
+    return out
+
+
+# Handler instructions that only tidy the stack or locals before re-raising (the cleanup of an
+# `except` body, 3.12's inlined comprehensions): they run no user code.
+_CLEANUP_OPS = {"COPY", "SWAP", "POP_TOP", "POP_EXCEPT", "STORE_FAST", "LOAD_FAST", "LOAD_CONST",
+                "NOP", "RERAISE"}
+
+
+@functools.lru_cache(maxsize=256)
+def exception_exits(code: types.CodeType) -> tuple:
+    """For each instruction index: how an exception raised there reaches the frame's caller.
+    ``None`` if a user handler (``except``, ``finally``) may see it; otherwise the number of
+    ``with`` blocks whose ``__exit__`` runs on the way out (0: nothing of the user's runs)."""
+    insts, handlers = decode(code), handler_of(code)
+
+    def exits(index, seen):
+        h = handlers[index]
+        if h is None:
+            return 0
+        if h in seen:
+            return None
+        seen = seen | {h}
+        withs = 0
+        if insts[h].opname == "PUSH_EXC_INFO":
+            if h + 1 >= len(insts) or insts[h + 1].opname != "WITH_EXCEPT_START":
+                return None  # try/except or try/finally
+            withs, h = 1, h + 1
+            # WITH_EXCEPT_START; POP_JUMP_IF_TRUE (suppressed); RERAISE 2 (not suppressed)
+            while h < len(insts) and insts[h].opname != "RERAISE":
+                h += 1
+        else:
+            while h < len(insts) and insts[h].opname in _CLEANUP_OPS and insts[h].opname != "RERAISE":
+                h += 1
+            if h >= len(insts) or insts[h].opname != "RERAISE":
+                return None
+        rest = exits(h, seen) if h < len(insts) else None
+        return None if rest is None else withs + rest
+
+    return tuple(exits(i, frozenset()) for i in range(len(insts)))
 
 
 def new_code(orig_code: types.CodeType, argnames, body, name, qualname) -> types.CodeType:

@@ -214,7 +214,7 @@ class OpcodeHandlers:
     # ---- operators ----------------------------------------------------------------------------
 
     def _call_op(self, fn, *args):
-        return call_builtin(self, fn, list(args), {})
+        return call_builtin(self, fn, list(args), {}, from_opcode=True)
 
     def BINARY_OP(self, inst):
         b, a = self.pop(), self.pop()
@@ -423,7 +423,7 @@ class OpcodeHandlers:
     # ---- iteration ----------------------------------------------------------------------------
 
     def GET_ITER(self, inst):
-        self.push(call_builtin(self, iter, [self.pop()], {}))
+        self.push(call_builtin(self, iter, [self.pop()], {}, from_opcode=True))
 
     def FOR_ITER(self, inst):
         if not hasattr(self.stack[-1], "next_item"):

@@ -8,6 +8,7 @@ with no reference cycle through co_extra), and assembles the new code object.
 """
 import contextlib
 import itertools
+import weakref
 
 import torch
 import torch.fx
@@ -48,7 +49,10 @@ class OutputGraph:
         self.code, self.f_globals, self.backend = code, f_globals, backend
         self.graph = torch.fx.Graph()
         self.current_tx = None  # the translator running now (user locations for shape errors)
-        self.shapes = ShapeTracker(dynamic, self.user_location)
+        # weakly: the fake tensors in the compiled graph's meta reach the ShapeEnv, and through
+        # it the trace would keep every tracker (and the user's objects they hold) alive
+        ref = weakref.ref(self)
+        self.shapes = ShapeTracker(dynamic, lambda: ref().user_location() if ref() else None)
         self.fake_mode = FakeTensorMode(shape_env=self.shapes.shape_env)
         self.guards = GuardBuilder()
         self.inputs = {}  # source name -> (source, real tensor, TensorVariable)
@@ -274,8 +278,17 @@ def _graph_arg(var, tensor_fn):
     if isinstance(var, DictVariable):
         return {k: _graph_arg(v, tensor_fn) for k, v in var.items.items()}
     if isinstance(var, UserDefinedClassVariable):
-        return var.value
+        # a graph's code names its constants: a class has no literal. torch.HalfTensor and the
+        # like are given by their names, which every torch API that takes them accepts.
+        if var.value in _tensor_type_classes():
+            return f"{var.value.__module__}.{var.value.__name__}"
+        raise Unsupported(f"the class {var.value.__qualname__} as an argument of a graph op")
     raise Unsupported(f"{var} cannot be an argument of a graph op")
+
+
+def _tensor_type_classes():
+    import torch
+    return set(torch._tensor_classes)
 
 
 def walk_values(values):

@@ -189,6 +189,12 @@ class InstructionTranslator(TranslatorBase):
     # ---- graph breaks -------------------------------------------------------------------------
 
     def can_break(self, inst):
+        """Breaks run ``inst`` natively in new code that has none of the user's handlers: an
+        exception there must be one that would leave the frame anyway (through `with` blocks,
+        whose grad mode the new code restores), never one an ``except`` or ``finally`` of the
+        user's could see. Otherwise the frame runs eagerly."""
+        if bu.exception_exits(self.code)[inst.index] is None:
+            return False
         return bu.conditional_jump(inst) is not None or bu.native_form(inst) is not None
 
     def break_graph(self, inst, exc):
@@ -297,7 +303,7 @@ class InstructionTranslator(TranslatorBase):
             raise Unsupported("the instruction consumes a `with` block's exit or an iterator")
         for temp in stack_temps[keep:]:
             cg.load_local(temp) if temp is not None else cg.append_push_null()
-        cg.append(*form.instrs)
+        self._append_restoring_grad_mode(cg, form.instrs, inst.lineno)
         if form.pushes is None:  # raise: nothing runs after it
             self.output.finish(cg, inst.lineno)
             return
@@ -310,6 +316,18 @@ class InstructionTranslator(TranslatorBase):
                           stack_temps[:keep] + pushed + local_temps)
         self.output.finish(cg, inst.lineno)
 
+    def _append_restoring_grad_mode(self, cg, instrs, lineno):
+        """``instrs``, run inside `with` blocks that set the grad mode: if they raise, the mode
+        the blocks' ``__exit__`` would have restored is set again before the exception leaves."""
+        outer = self.output.initial_grad_mode
+        if torch.is_grad_enabled() == outer:
+            return cg.append(*instrs)
+        handler, end = bu.new_label(), bu.new_label()
+        begin, stop = bu.create_try(handler)
+        cg.append(begin, *instrs, stop, bu.create_jump_forward(end, lineno), handler)
+        cg.set_grad_enabled(outer)
+        cg.append(bu.create_instruction("RERAISE", 0, lineno=lineno), end)
+
     def _break_on_jump(self, inst, if_true, keep_on_jump):
         stack = list(self.stack)
         live_next, live_target = self._live(inst.index + 1), self._live(inst.target)
@@ -318,7 +336,7 @@ class InstructionTranslator(TranslatorBase):
         stack_temps, local_temps = temps[:len(stack)], dict(zip(live, temps[len(stack):]))
         label = bu.new_label()
         cg.load_local(stack_temps[-1])
-        cg.append(bu.create_pop_jump(if_true, label, inst.lineno))
+        self._append_restoring_grad_mode(cg, [bu.create_pop_jump(if_true, label, inst.lineno)], inst.lineno)
         self._call_resume(cg, inst.index + 1, stack[:-1], live_next,
                           stack_temps[:-1] + [local_temps[n] for n in live_next])
         cg.append(label)

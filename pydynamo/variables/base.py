@@ -86,7 +86,7 @@ class ObjectVariable(VariableTracker):
         return True
 
     def has_attr(self, tx, name):
-        return hasattr(self.value, name)
+        return guarded_hasattr(tx, self.value, self.source, name)
 
     def attr_source(self, name):
         from ..source import AttrSource
@@ -96,6 +96,54 @@ class ObjectVariable(VariableTracker):
         if self.source is not None:
             return self.source.reconstruct(codegen)
         codegen.load_const(self.value)
+
+
+def call_model(handler, tx, args, kwargs, what):
+    """``handler(tx, *args, **kwargs)``, the model of a method: a call the model does not take
+    in that form is refused (the method then runs natively), never half-applied."""
+    import inspect
+    try:
+        inspect.signature(handler).bind(tx, *args, **kwargs)
+    except TypeError:
+        raise Unsupported(f"{what} with {len(args)} positional arguments and keywords "
+                          f"{sorted(kwargs)} is not modelled") from None
+    return handler(tx, *args, **kwargs)
+
+
+def guarded_hasattr(tx, obj, source, name):
+    """``hasattr(obj, name)`` on a real object, guarded both ways: present (the attribute can
+    still be read: a TYPE_MATCH on it) or absent (NOT_PRESENT). Without a source the object is
+    one of torch's own, read unguarded like everything else of torch."""
+    import inspect
+    found = inspect.getattr_static(obj, name, _ABSENT)
+    if found is not _ABSENT and not isinstance(obj, type) and _runs_code(found):
+        raise Unsupported(f"hasattr({type(obj).__name__}, {name!r}) runs a descriptor's code")
+    try:
+        value, present = getattr(obj, name), True
+    except AttributeError:
+        value, present = None, False
+    if source is not None:
+        from ..source import AttrSource
+        attr = AttrSource(source, name)
+        if present:
+            tx.output.guards.TYPE_MATCH(attr, value)
+        else:
+            tx.output.guards.NOT_PRESENT(attr)
+    return present
+
+
+_ABSENT = object()
+
+
+def _runs_code(attr):
+    """A class attribute whose read through an instance runs Python code (a property, a
+    custom descriptor): reading it at trace time would run that code at the wrong time."""
+    import types
+    if isinstance(attr, (types.FunctionType, staticmethod, classmethod, types.MemberDescriptorType,
+                         types.GetSetDescriptorType, types.BuiltinFunctionType,
+                         types.MethodDescriptorType, types.WrapperDescriptorType)):
+        return False
+    return hasattr(type(attr), "__get__")
 
 
 class NullVariable(VariableTracker):

@@ -11,7 +11,8 @@ from ..exc import DataDependentError, SideEffectError, Unsupported
 from .base import ObjectVariable
 from .constant import ConstantVariable
 from .dicts import DictVariable, items_of
-from .lists import BaseListVariable, ListIteratorVariable, ListVariable, RangeVariable, TupleVariable
+from .lists import (BaseListVariable, ListIteratorVariable, ListVariable, RangeVariable, TupleVariable,
+                    iterator_type)
 from .tensor import TensorVariable
 
 _HANDLERS = {}
@@ -75,9 +76,52 @@ class BuiltinVariable(ObjectVariable):
         return getattr(self.value, "__name__", repr(self.value))
 
 
-def call_builtin(tx, fn, args, kwargs):
+# Keyword arguments of the handled builtins that have no inspectable signature.
+_KEYWORDS = {bool: (), super: (), type: (), getattr: (), range: (), zip: ("strict",), iter: (),
+             next: (), min: ("key", "default"), max: ("key", "default"), int: ("base",),
+             str: ("object", "encoding", "errors"), dict: None}
+
+
+def check_call_form(fn, handler, args, kwargs):
+    """Refuse a call whose arguments the real ``fn`` would not take in that form, or that
+    ``handler`` (its model) does not take: a model never drops or reinterprets an argument.
+    The call then runs natively and raises Python's own TypeError."""
+    import inspect
+    name = getattr(fn, "__name__", repr(fn))
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        allowed = _KEYWORDS.get(fn, ())
+        if allowed is not None and any(k not in allowed for k in kwargs):
+            raise Unsupported(f"{name}() with keyword arguments {sorted(kwargs)}") from None
+    else:
+        try:
+            sig.bind(*args, **kwargs)
+        except TypeError as e:
+            raise Unsupported(f"TypeError: {name}(): {e}") from None
+    try:
+        _signature(handler).bind(None, *args, **kwargs)
+    except TypeError:
+        raise Unsupported(f"{name}() with {len(args)} positional arguments and keywords "
+                          f"{sorted(kwargs)} is not modelled") from None
+
+
+_signatures = {}
+
+
+def _signature(handler):
+    import inspect
+    if handler not in _signatures:
+        _signatures[handler] = inspect.signature(handler)
+    return _signatures[handler]
+
+
+def call_builtin(tx, fn, args, kwargs, from_opcode=False):
+    """``fn(*args, **kwargs)``; ``from_opcode``: an opcode's own call, whose form is right."""
     handler = _HANDLERS.get(fn)
     if handler is not None:
+        if not from_opcode:
+            check_call_form(fn, handler, args, kwargs)
         return handler(tx, *args, **kwargs)
     if fn in _PURE and _all_constant(args, kwargs):
         return fold(fn, args, kwargs)
@@ -115,10 +159,91 @@ def _builtin_on_sizes(tx, fn, args, kwargs):
     return fold(fn, [concrete(a) for a in args], {k: concrete(v) for k, v in kwargs.items()})
 
 
+# The special methods behind the binary operators, (normal, reflected); in-place ones first try
+# their own method (``__iadd__``) then fall back to these, as CPython does.
+_DUNDERS = {f: (f"__{n}__", f"__r{n}__") for f, n in (
+    (operator.add, "add"), (operator.sub, "sub"), (operator.mul, "mul"), (operator.truediv, "truediv"),
+    (operator.floordiv, "floordiv"), (operator.mod, "mod"), (operator.pow, "pow"),
+    (operator.matmul, "matmul"), (operator.and_, "and"), (operator.or_, "or"), (operator.xor, "xor"),
+    (operator.lshift, "lshift"), (operator.rshift, "rshift"))}
+_INPLACE_OF = dict(zip(INPLACE_OPS, BINARY_OPS))
+_COMPARE_DUNDERS = {operator.lt: ("__lt__", "__gt__"), operator.le: ("__le__", "__ge__"),
+                    operator.eq: ("__eq__", "__eq__"), operator.ne: ("__ne__", "__ne__"),
+                    operator.gt: ("__gt__", "__lt__"), operator.ge: ("__ge__", "__le__")}
+
+
+def _python_method(tx, var, name):
+    """The Python function ``type(var).<name>`` if a user class defines it (not a builtin's
+    slot), bound to ``var``; guarded by identity where ``var`` has a source."""
+    import types
+    from .functions import UserMethodVariable
+    from ..source import AttrSource
+    try:
+        cls = var.python_type()
+    except Unsupported:
+        return None
+    if not isinstance(cls, type) or cls.__module__ == "builtins" or isinstance(var, (TensorVariable, ConstantVariable)):
+        return None
+    fn = getattr(cls, name, None)
+    if not isinstance(fn, types.FunctionType):
+        return None
+    src = None
+    if var.source is not None:
+        src = AttrSource(AttrSource(var.source, "__class__"), name)
+        tx.output.guards.ID_MATCH(src, fn)
+    return UserMethodVariable(fn, var, src)
+
+
+def _user_operator(tx, fn, a, b):
+    """``a <op> b`` through a user class's special method (inlined), following CPython's
+    order: ``__iadd__`` for in-place ops, the reflected method first when b's type is a proper
+    subclass of a's that overrides it, NotImplemented passing to the other side. None when
+    neither operand's class defines the operator in Python."""
+    names = []
+    if fn in _INPLACE_OF:
+        names.append((a, f"__i{_DUNDERS[_INPLACE_OF[fn]][0][2:]}", b))
+        fn = _INPLACE_OF[fn]
+    normal, reflected = _DUNDERS.get(fn) or _COMPARE_DUNDERS.get(fn) or (None, None)
+    if normal is None:
+        return None
+    pair = [(a, normal, b), (b, reflected, a)]
+    try:
+        ta, tb = a.python_type(), b.python_type()
+        if ta is not tb and isinstance(tb, type) and isinstance(ta, type) and issubclass(tb, ta) \
+                and getattr(tb, reflected, None) is not getattr(ta, reflected, None):
+            pair.reverse()
+    except Unsupported:
+        pass
+    names += pair
+    if not any(_python_method(tx, obj, name) is not None for obj, name, _ in names):
+        return None
+    for obj, name, other in names:
+        method = _python_method(tx, obj, name)
+        if method is None:
+            if _has_slot(obj, name):  # a builtin's own method would run here: not modelled
+                raise Unsupported(f"{name} of {obj} after a Python special method")
+            continue
+        result = method.call_function(tx, [other], {})
+        if not (isinstance(result, ConstantVariable) and result.value is NotImplemented):
+            return result
+    raise Unsupported(f"TypeError: unsupported operand types for {fn.__name__}")
+
+
+def _has_slot(var, name):
+    try:
+        cls = var.python_type()
+    except Unsupported:
+        return True
+    return getattr(cls, name, None) not in (None, getattr(object, name, None))
+
+
 def _make_binary(fn):
     def handler(tx, a, b):
         if _any_tensor(a, b) or _sym_operands(a, b):
             return tx.output.call_graph(tx, "call_function", fn, (a, b), {})
+        user = _user_operator(tx, fn, a, b)
+        if user is not None:
+            return user
         if fn is operator.iadd and isinstance(a, ListVariable):
             return a.call_method(tx, "__iadd__", [b], {})
         if _all_constant([a, b]):
@@ -261,17 +386,31 @@ def _type(tx, obj):
     return wrap_value(tx, obj.python_type(), None)
 
 
+def _attr_name(name):
+    attr = name.as_python_constant()
+    if type(attr) is not str:
+        raise Unsupported(f"TypeError: attribute name must be string, not {type(attr).__name__}")
+    return attr
+
+
+def has_attr(tx, obj, attr):
+    """``hasattr(obj, attr)``, seeing attribute stores made earlier in the trace."""
+    if tx.output.side_effects.load_attr(obj, attr) is not None:
+        return True
+    return obj.has_attr(tx, attr)
+
+
 @handles(getattr)
 def _getattr(tx, obj, name, default=None):
-    attr = name.as_python_constant()
-    if default is not None and not obj.has_attr(tx, attr):
+    attr = _attr_name(name)
+    if default is not None and not has_attr(tx, obj, attr):
         return default
     return tx.getattr(obj, attr)
 
 
 @handles(hasattr)
 def _hasattr(tx, obj, name):
-    return ConstantVariable(obj.has_attr(tx, name.as_python_constant()))
+    return ConstantVariable(has_attr(tx, obj, _attr_name(name)))
 
 
 @handles(range)
@@ -285,7 +424,7 @@ def _enumerate(tx, seq, start=None):
     first = start.as_python_constant() if start is not None else 0
     items = seq.unpack_var_sequence(tx)
     return ListIteratorVariable([TupleVariable([ConstantVariable(first + i), item])
-                                 for i, item in enumerate(items)])
+                                 for i, item in enumerate(items)], enumerate)
 
 
 @handles(zip)
@@ -293,7 +432,7 @@ def _zip(tx, *seqs, strict=None):
     columns = [s.unpack_var_sequence(tx) for s in seqs]
     if strict is not None and strict.as_python_constant() and len({len(c) for c in columns}) > 1:
         raise Unsupported("zip(strict=True) of sequences of different lengths")
-    return ListIteratorVariable([TupleVariable(list(row)) for row in zip(*columns)])
+    return ListIteratorVariable([TupleVariable(list(row)) for row in zip(*columns)], zip)
 
 
 def _is_iterator(obj):
@@ -314,7 +453,7 @@ def iterate(tx, obj):
 def _iter(tx, obj):
     if _is_iterator(obj):
         return obj
-    return ListIteratorVariable(obj.unpack_var_sequence(tx))
+    return ListIteratorVariable(obj.unpack_var_sequence(tx), iterator_type(obj))
 
 
 @handles(next)
@@ -331,7 +470,10 @@ def _next(tx, it, default=None):
 
 @handles(reversed)
 def _reversed(tx, seq):
-    return ListIteratorVariable(list(reversed(seq.unpack_var_sequence(tx))))
+    cls = iterator_type(seq, reverse=True)
+    if cls is None and not isinstance(seq, (BaseListVariable, RangeVariable)):
+        raise Unsupported(f"reversed() of {seq}")
+    return ListIteratorVariable(list(reversed(seq.unpack_var_sequence(tx))), cls)
 
 
 @handles(list)

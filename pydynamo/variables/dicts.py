@@ -1,6 +1,6 @@
 """Dicts with trace-time-constant keys, and their keys()/values()/items() views."""
 from ..exc import Unsupported
-from .base import GetAttrVariable, VariableTracker
+from .base import GetAttrVariable, VariableTracker, call_model
 from .constant import ConstantVariable
 from .lists import TupleVariable
 
@@ -47,12 +47,10 @@ class DictVariable(VariableTracker):
         tx.output.note_mutation(self)
 
     def call_method(self, tx, name, args, kwargs):
-        handler = getattr(self, f"_method_{name.strip('_')}", None)
+        handler = getattr(self, f"_method_{name.strip('_')}", None) if hasattr(dict, name) else None
         if handler is None or (kwargs and name != "update"):
             raise Unsupported(f"dict.{name}")
-        if name == "update":
-            return self._method_update(tx, *args, **kwargs)
-        return handler(tx, *args)
+        return call_model(handler, tx, args, kwargs, f"dict.{name}")
 
     def _method_getitem(self, tx, key):
         k = _key(key)

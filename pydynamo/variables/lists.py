@@ -4,7 +4,7 @@ import types
 import torch
 
 from ..exc import Unsupported
-from .base import VariableTracker
+from .base import VariableTracker, call_model
 from .constant import ConstantVariable
 
 
@@ -46,6 +46,8 @@ class BaseListVariable(VariableTracker):
             raise Unsupported(f"{self.python_cls.__name__} index {key!r}: {e}") from None
 
     def call_method(self, tx, name, args, kwargs):
+        if kwargs:
+            raise Unsupported(f"{self.python_type().__name__}.{name} with keyword arguments")
         if name == "__getitem__" and len(args) == 1:
             return self.getitem(tx, args[0])
         if name == "__len__" and not args:
@@ -64,7 +66,12 @@ class BaseListVariable(VariableTracker):
         raise Unsupported(f"{self.python_cls.__name__} attribute {name!r}")
 
     def has_attr(self, tx, name):
-        return hasattr(self.python_cls, name)
+        """Exact where instances have no attributes of their own (no ``__dict__``: plain
+        sequences, namedtuples): then the class alone (fixed by the type guard) answers."""
+        cls = self.python_type()
+        if cls.__dictoffset__:
+            raise Unsupported(f"hasattr on a {cls.__name__} (its instances have a __dict__)")
+        return hasattr(cls, name)
 
     def reconstruct(self, codegen):
         if self.source is not None:  # the same object (mutations were replayed into it)
@@ -99,9 +106,12 @@ class TupleVariable(BaseListVariable):
         return TupleVariable(items)
 
     def as_python_constant(self):
-        if self.tuple_cls is not tuple:
-            raise Unsupported(f"{self.tuple_cls.__name__} as a constant")
-        return super().as_python_constant()
+        if self.tuple_cls is tuple:
+            return super().as_python_constant()
+        from .user_defined import _is_namedtuple_class
+        if _is_namedtuple_class(self.tuple_cls):
+            return tuple.__new__(self.tuple_cls, [i.as_python_constant() for i in self.items])
+        raise Unsupported(f"{self.tuple_cls.__name__} as a constant")
 
     def var_getattr(self, tx, name):
         fields = tuple_fields(self.tuple_cls)
@@ -111,14 +121,20 @@ class TupleVariable(BaseListVariable):
 
     def reconstruct(self, codegen):
         if self.tuple_cls is not tuple and self.source is None:
+            from .user_defined import _is_namedtuple_class
             codegen.append_push_null()
-            codegen.load_const(self.tuple_cls)
+            plain = _is_namedtuple_class(self.tuple_cls)
+            if plain:  # tuple.__new__(cls, items): what its generated __new__ does, in C
+                codegen.load_const(tuple.__new__)
+                codegen.load_const(self.tuple_cls)
+            else:
+                codegen.load_const(self.tuple_cls)
             for item in self.items:
                 codegen(item)
-            if hasattr(self.tuple_cls, "_fields"):  # namedtuple(*items)
+            if hasattr(self.tuple_cls, "_fields") and not plain:  # namedtuple(*items)
                 return codegen.append_call(len(self.items))
             codegen.append_build(tuple, len(self.items))  # structseq(tuple)
-            return codegen.append_call(1)
+            return codegen.append_call(2 if plain else 1)
         super().reconstruct(codegen)
 
 
@@ -162,9 +178,9 @@ class ListVariable(BaseListVariable):
         tx.output.note_mutation(self)
 
     def call_method(self, tx, name, args, kwargs):
-        handler = getattr(self, f"_method_{name.strip('_')}", None)
+        handler = getattr(self, f"_method_{name.strip('_')}", None) if hasattr(list, name) else None
         if handler is not None and not kwargs:
-            return handler(tx, *args)
+            return call_model(handler, tx, args, {}, f"list.{name}")
         return super().call_method(tx, name, args, kwargs)
 
     def _method_append(self, tx, item):
@@ -270,15 +286,21 @@ class SliceVariable(VariableTracker):
 
 
 class ListIteratorVariable(VariableTracker):
-    """An iterator over known items (what GET_ITER makes of lists, ranges, dicts, zip...)."""
+    """An iterator over known items (what GET_ITER makes of lists, ranges, dicts, zip...).
 
-    def __init__(self, items):
+    ``python_cls`` is the real type of the iterator it stands for (``range_iterator``,
+    ``zip``, ``enumerate``...), or None where that is not known: then asking for it refuses."""
+
+    def __init__(self, items, python_cls=None):
         super().__init__(None)
         self.items = list(items)
         self.index = 0
+        self.python_cls = python_cls
 
     def python_type(self):
-        return type(iter([]))
+        if self.python_cls is None:
+            raise Unsupported("the type of this iterator is not known while tracing")
+        return self.python_cls
 
     def next_item(self, tx):
         """The next item, or None when exhausted."""
@@ -298,3 +320,38 @@ class ListIteratorVariable(VariableTracker):
     def reconstruct(self, codegen):
         codegen(TupleVariable(self.items[self.index:]))
         codegen.append_get_iter()
+
+
+# Builtin iterables whose iterator type is that of their base (when they keep its __iter__ or
+# __reversed__), and a sample of each to ask Python for it.
+_ITERABLE_SAMPLES = {list: [], tuple: (), dict: {}, range: range(0), str: "", bytes: b"",
+                     set: set(), frozenset: frozenset(), type({}.keys()): {}.keys(),
+                     type({}.values()): {}.values(), type({}.items()): {}.items()}
+
+
+def iterator_type(var, reverse=False):
+    """``type(iter(x))`` (or ``type(reversed(x))``) for the value ``var`` stands for; None
+    where it is not known. A constant gives its own answer (``iter("é")`` is a str_iterator,
+    ``iter(range(2**64))`` a longrange_iterator)."""
+    fn = reversed if reverse else iter
+    if var.is_python_constant():
+        value = var.as_python_constant()
+        try:
+            return type(fn(value))
+        except TypeError:
+            return None
+    try:
+        cls = var.python_type()
+    except Unsupported:
+        return None
+    if cls is torch.Tensor or (isinstance(cls, type) and issubclass(cls, torch.Tensor)
+                               and cls.__iter__ is torch.Tensor.__iter__):
+        return None if reverse else type(iter(()))  # Tensor.__iter__ is iter(self.unbind(0))
+    dunder = "__reversed__" if reverse else "__iter__"
+    for base, sample in _ITERABLE_SAMPLES.items():
+        if isinstance(cls, type) and issubclass(cls, base) and getattr(cls, dunder, None) is getattr(base, dunder, None):
+            try:
+                return type(fn(sample))
+            except TypeError:
+                return None
+    return None

@@ -5,6 +5,8 @@ A module is guarded by identity; every attribute the trace reads is guarded on i
 (self.training, self.eps, each parameter's TENSOR_MATCH), and containers by their keys, so
 changing any of them recompiles.
 """
+import types
+
 import torch
 
 from ..exc import Unsupported
@@ -101,9 +103,10 @@ class NNModuleVariable(VariableTracker):
         if name in ("children", "named_children") and not args:
             items = [(k, m) for k, m in self._children_any(tx)]
             if name == "children":
-                return ListIteratorVariable([self._child_by_attr(tx, k, m) for k, m in items])
+                return ListIteratorVariable([self._child_by_attr(tx, k, m) for k, m in items],
+                                            types.GeneratorType)
             return ListIteratorVariable([TupleVariable([ConstantVariable(k), self._child_by_attr(tx, k, m)])
-                                         for k, m in items])
+                                         for k, m in items], types.GeneratorType)
         if name in ("parameters", "named_parameters", "buffers", "named_buffers"):
             raise Unsupported(f"nn.Module.{name}() while tracing")
         return self.var_getattr(tx, name).call_function(tx, args, kwargs)

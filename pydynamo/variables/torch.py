@@ -63,7 +63,37 @@ def is_torch_callable(value):
     module = getattr(value, "__module__", None) or ""
     if any(module == p or module.startswith(p + ".") for p in _NOT_OPS):
         return False
-    return module == "torch" or module.startswith("torch.")
+    return (module == "torch" or module.startswith("torch.")) and _named_where_it_lives(value)
+
+
+_resolves = {}
+
+
+def _named_where_it_lives(fn):
+    """Whether the name FX's generated code will use for ``fn`` (``torch.nn.functional.relu``)
+    reads ``fn`` itself. A function reached another way (a staticmethod of a torch class, a
+    closure made inside torch) is not a graph node: generated code must read a value exactly
+    where the trace read it. Python functions of that kind are inlined like user code."""
+    try:
+        return _resolves[fn]
+    except (KeyError, TypeError):
+        pass
+    try:
+        import builtins
+        import importlib
+        from torch.fx.node import _get_qualified_name
+        parts = _get_qualified_name(fn).split(".")
+        obj = builtins if len(parts) == 1 else importlib.import_module(parts[0])
+        for part in parts[1:] if len(parts) > 1 else parts:
+            obj = getattr(obj, part)
+        ok = obj is fn
+    except Exception:
+        ok = False
+    try:
+        _resolves[fn] = ok
+    except TypeError:
+        pass
+    return ok
 
 
 class TorchVariable(ObjectVariable):

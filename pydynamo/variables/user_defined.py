@@ -64,10 +64,37 @@ class UserDefinedClassVariable(ObjectVariable):
         return wrap_value(tx, getattr(self.value, name), self.attr_source(name))
 
     def call_function(self, tx, args, kwargs):
-        raise Unsupported(f"creating an instance of {self.value.__qualname__} while tracing")
+        cls = self.value
+        if _is_namedtuple_class(cls):
+            return _make_namedtuple(tx, cls, args, kwargs)
+        raise Unsupported(f"creating an instance of {cls.__qualname__} while tracing")
 
     def _repr_value(self):
         return self.value.__qualname__
+
+
+def _is_namedtuple_class(cls):
+    """A namedtuple class or a subclass that keeps its construction (the generated __new__,
+    no __init__) and gives its instances no attributes of their own."""
+    if not (isinstance(cls, type) and issubclass(cls, tuple) and hasattr(cls, "_fields")):
+        return False
+    maker = next((c for c in cls.__mro__ if "_fields" in vars(c)), None)
+    return maker is not None and cls.__new__ is maker.__new__ and cls.__init__ is object.__init__ \
+        and not cls.__dictoffset__
+
+
+def _make_namedtuple(tx, cls, args, kwargs):
+    import inspect
+    from .builder import wrap_constant
+    from .lists import TupleVariable
+    try:
+        bound = inspect.signature(cls.__new__).bind(None, *args, **kwargs)
+    except TypeError as e:
+        raise Unsupported(f"TypeError: {cls.__name__}(): {e}") from None
+    bound.apply_defaults()
+    values = list(bound.arguments.values())[1:]
+    items = [v if isinstance(v, VariableTracker) else wrap_constant(v) for v in values]
+    return TupleVariable(items, tuple_cls=cls)
 
 
 class UserDefinedObjectVariable(VariableTracker):
@@ -92,8 +119,9 @@ class UserDefinedObjectVariable(VariableTracker):
         return True
 
     def has_attr(self, tx, name):
+        from .base import guarded_hasattr
         self._check_plain()
-        return hasattr(self.value, name)
+        return guarded_hasattr(tx, self.value, self.source, name)
 
     def var_getattr(self, tx, name):
         from .builder import wrap_value

@@ -1,0 +1,320 @@
+"""Regression tests for wrong answers found by trying pydynamo as a user would (issues 17, 24).
+
+Each test compiles a small program, calls it, changes the state it depends on, and calls it
+again: every call must give what eager Python gives. The classes each one stands for:
+
+- absence: a read that found nothing (``getattr`` default, ``hasattr``) is guarded as absent;
+- call forms: a modelled builtin or method takes exactly the real one's argument forms or
+  refuses the call, never dropping an argument;
+- lifetime: compiled entries hold user objects weakly; an entry whose object died is dropped;
+- placement: generated code reads a value exactly where the trace read it;
+- exceptions: a graph break never lets an exception escape a user's handler; a break inside a
+  ``with`` block restores the grad mode when the native instruction raises;
+- exact types: iterators and namedtuple subclasses keep their real types;
+- literals: constants with no literal form never reach a graph's code as text.
+"""
+import collections
+import gc
+import traceback
+import weakref
+from typing import NamedTuple
+
+import pytest
+import torch
+
+import pydynamo
+from pydynamo.testing import CompileCounter
+
+
+class Obj:
+    pass
+
+
+# ---- absence -----------------------------------------------------------------------------------
+
+def test_getattr_default_guards_absence():
+    o = Obj()
+
+    @pydynamo.optimize("eager")
+    def f(x, o):
+        return x + 1 if getattr(o, "flag", False) else x - 1
+
+    x = torch.ones(2)
+    assert f(x, o)[0] == 0
+    o.flag = True
+    assert f(x, o)[0] == 2
+    del o.flag
+    assert f(x, o)[0] == 0
+
+
+def test_hasattr_guards_presence_and_absence():
+    o = Obj()
+
+    @pydynamo.optimize("eager")
+    def f(x, o):
+        return x + 1 if hasattr(o, "flag") else x - 1
+
+    x = torch.ones(2)
+    assert f(x, o)[0] == 0
+    o.flag = 1
+    assert f(x, o)[0] == 2
+    del o.flag
+    assert f(x, o)[0] == 0
+
+
+def test_hasattr_on_class_and_module_attribute():
+    class C:
+        pass
+    import types
+    mod = types.ModuleType("fake_mod")
+
+    @pydynamo.optimize("eager")
+    def f(x, c, m):
+        return x + (1 if hasattr(c, "k") else 0) + (10 if hasattr(m, "k") else 0)
+
+    x = torch.zeros(1)
+    assert f(x, C, mod)[0] == 0
+    C.k = 1
+    assert f(x, C, mod)[0] == 1
+    mod.k = 2
+    assert f(x, C, mod)[0] == 11
+
+
+def test_hasattr_sees_a_store_made_in_the_trace():
+    @pydynamo.optimize("eager")
+    def f(x, o):
+        o.flag = 3
+        return x + (1 if hasattr(o, "flag") else 0)
+
+    o = Obj()
+    assert f(torch.zeros(1), o)[0] == 1 and o.flag == 3
+
+
+def test_hasattr_on_namedtuple_field():
+    P = collections.namedtuple("P", "a b")
+
+    @pydynamo.optimize("eager")
+    def f(x, p):
+        return x + 1 if hasattr(p, "a") and not hasattr(p, "c") else x - 1
+
+    assert f(torch.ones(2), P(1, 2))[0] == 2
+
+
+# ---- call forms --------------------------------------------------------------------------------
+
+def test_builtin_keywords_it_does_not_take_are_refused():
+    @pydynamo.optimize("eager")
+    def f(x, o):
+        return x + getattr(o, name="a")
+
+    o = Obj()
+    o.a = 1
+    with pytest.raises(TypeError):
+        f(torch.ones(1), o)
+
+
+def test_list_and_dict_method_forms():
+    @pydynamo.optimize("eager")
+    def f(x, lst, d):
+        out = [lst.index(2), d.get("b", 7), d.pop("a"), lst.pop(0)]
+        return x + sum(out)
+
+    lst, d = [1, 2, 3], {"a": 1}
+    assert f(torch.zeros(1), lst, d)[0] == 1 + 7 + 1 + 1
+    assert lst == [2, 3] and d == {}
+
+    @pydynamo.optimize("eager")
+    def g(x, d):
+        return x + d.len()  # not a dict method: AttributeError as in Python
+
+    with pytest.raises(AttributeError):
+        g(torch.zeros(1), {"a": 1})
+
+
+# ---- lifetime ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_compiled_module_and_inputs_are_freed(backend):
+    m = torch.nn.Linear(2, 2)
+    refs = [weakref.ref(m), weakref.ref(m.weight)]
+    opt = pydynamo.optimize(backend)(m)
+    x = torch.ones(1, 2)
+    refs.append(weakref.ref(x))
+    opt(x)
+    del m, opt, x
+    gc.collect()
+    assert all(r() is None for r in refs)
+
+
+def test_entries_of_dead_objects_do_not_fill_the_cache():
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(2, 2)
+
+        def forward(self, x):
+            return self.lin(x) + 1
+
+    cnt = CompileCounter()
+    x = torch.ones(1, 2)
+    for _ in range(pydynamo.config.cache_size_limit + 3):
+        m = Net()
+        assert torch.equal(pydynamo.optimize(cnt)(m)(x), m(x))
+        del m
+        gc.collect()
+    from pydynamo import _C
+    assert _C.cache_size(Net.forward.__code__) <= 1
+    assert cnt.frame_count == pydynamo.config.cache_size_limit + 3  # every new model compiled
+
+
+# ---- placement ---------------------------------------------------------------------------------
+
+def test_staticmethod_of_a_torch_class_is_read_where_it_lives():
+    @pydynamo.optimize("eager")
+    def f(x):
+        return x + torch.nn.Transformer.generate_square_subsequent_mask(4)
+
+    x = torch.ones(4, 4)
+    assert torch.equal(f(x), x + torch.nn.Transformer.generate_square_subsequent_mask(4))
+
+
+def test_transformer_with_a_causal_mask():
+    torch.manual_seed(0)
+    m = torch.nn.Transformer(d_model=8, nhead=2, num_encoder_layers=1, num_decoder_layers=1,
+                             dim_feedforward=16, dropout=0.0)
+    src, tgt = torch.randn(5, 2, 8), torch.randn(4, 2, 8)
+
+    def f(src, tgt):
+        mask = torch.nn.Transformer.generate_square_subsequent_mask(4)
+        return m(src, tgt, tgt_mask=mask)
+
+    torch.testing.assert_close(pydynamo.optimize("eager")(f)(src, tgt), f(src, tgt))
+
+
+# ---- exceptions --------------------------------------------------------------------------------
+
+def test_exception_of_a_break_is_caught_by_the_users_handler():
+    @pydynamo.optimize("eager")
+    def f(x):
+        try:
+            v = {"a": 1}["b"]
+        except KeyError:
+            v = 2
+        return x + v
+
+    assert f(torch.ones(1))[0] == 3
+
+
+def test_raise_inside_try_except_finally():
+    @pydynamo.optimize("eager")
+    def f(x):
+        y = x + 1
+        try:
+            raise ValueError("boom")
+        except ValueError as e:
+            y = y + len(str(e))
+        finally:
+            y = y * 2
+        return y
+
+    assert f(torch.ones(1))[0] == 12
+
+
+def test_callee_exception_reaches_the_callers_handler():
+    def g(x):
+        raise KeyError("k")
+
+    @pydynamo.optimize("eager")
+    def f(x):
+        try:
+            return g(x)
+        except KeyError:
+            return x - 1
+
+    assert f(torch.ones(1))[0] == 0
+
+
+def test_exception_in_a_no_grad_block_restores_grad_mode():
+    @pydynamo.optimize("eager")
+    def f(x, d):
+        y = x * 2
+        with torch.no_grad():
+            z = y + 1
+            v = d["b"]
+        return z + v
+
+    with pytest.raises(KeyError):
+        f(torch.ones(1, requires_grad=True), {"a": 1})
+    assert torch.is_grad_enabled()
+    r = f(torch.ones(1, requires_grad=True), {"a": 1, "b": 2})
+    assert r[0] == 5 and not r.requires_grad
+
+
+def test_uncaught_exception_has_the_users_message_and_line():
+    @pydynamo.optimize("eager")
+    def f(x):
+        y = x + 1
+        return y + [1, 2].index(3)  # the line that raises
+
+    with pytest.raises(ValueError, match="3 is not in list") as info:
+        f(torch.ones(1))
+    lines = [fr.line for fr in traceback.extract_tb(info.value.__traceback__)]
+    assert any("the line that raises" in (line or "") for line in lines)
+
+
+# ---- exact types -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("make", [
+    lambda: iter(range(3)), lambda: iter([1, 2]), lambda: iter((1, 2)), lambda: iter({"a": 1}),
+    lambda: iter("ab"), lambda: zip([1], [2]), lambda: enumerate([1]), lambda: reversed([1, 2]),
+    lambda: reversed((1, 2)), lambda: reversed(range(2)), lambda: iter({"a": 1}.items()),
+], ids=["range", "list", "tuple", "dict", "str", "zip", "enumerate", "reversed_list",
+        "reversed_tuple", "reversed_range", "dict_items"])
+def test_iterator_types_are_real(make):
+    expected = type(make())
+
+    @pydynamo.optimize("eager")
+    def f(x):
+        return x + (1 if type(make()) is expected else 3)
+
+    assert f(torch.ones(1))[0] == 2
+
+
+class NT(NamedTuple):
+    a: int
+    b: int = 5
+
+
+class NT2(NT):
+    __slots__ = ()
+
+    def __add__(self, other):
+        return NT2(self.a + other.a, self.b + other.b)
+
+
+def test_namedtuple_subclass_operator_and_construction():
+    cnt = CompileCounter()
+
+    @pydynamo.optimize(cnt)
+    def f(x, p, q):
+        r = p + q
+        return x + r.a, r, NT(3), r == NT2(4, 6)
+
+    out = f(torch.ones(1), NT2(1, 2), NT2(3, 4))
+    assert type(out[1]) is NT2 and out[1] == (4, 6)
+    assert type(out[2]) is NT and out[2] == (3, 5)
+    assert out[0][0] == 5 and out[3] is True
+    assert cnt.frame_count == 1
+
+
+# ---- literals ----------------------------------------------------------------------------------
+
+def test_tensor_type_class_argument():
+    cnt = CompileCounter()
+
+    @pydynamo.optimize(cnt, fullgraph=True)
+    def f(a, b):
+        return b.type(a.type(torch.HalfTensor).type()), a.type(torch.DoubleTensor)
+
+    h, d = f(torch.ones(2), torch.ones(2))
+    assert h.dtype == torch.float16 and d.dtype == torch.float64 and cnt.frame_count == 1
