@@ -58,6 +58,8 @@ class OutputGraph:
         self.inputs = {}  # source name -> (source, real tensor, TensorVariable)
         self.side_effects = SideEffects()
         self.tracked_sources = {}  # source name -> the tracker made when it was first read
+        self.mutable_objects = {}  # id -> (tracker, object) of lists, dicts, user objects read
+        self.mutable_sources = {}  # source name -> (source, object) of those
         self.new_code = None
         self.compiled_fn_name = None
         self.graph_module = None
@@ -135,6 +137,15 @@ class OutputGraph:
 
     def note_mutation(self, var):
         self.side_effects.mutate_container(var)
+
+    def guard_object_aliasing(self):
+        """Which of the mutable objects read from the inputs are the same object stays as
+        traced, where that matters: the trace changed one of them (a write seen, or not seen,
+        through another path), or read one object by two paths (one tracker for both)."""
+        sources = list(self.mutable_sources.values())
+        aliased = len({id(v) for _, v in sources}) < len(sources)
+        if len(sources) > 1 and (aliased or self.side_effects):
+            self.guards.ALIASING([s for s, _ in sources], [v for _, v in sources])
 
     # ---- finishing ----------------------------------------------------------------------------
 

@@ -424,6 +424,7 @@ def convert(code, f_globals, f_builtins, f_locals, closure, backend, *, fullgrap
     finally:
         torch._C._set_grad_enabled(grad_mode)
         torch.set_default_dtype(dtype)
+    tx.output.guard_object_aliasing()
     from .convert_frame import note_graph_break
     for exc in tx.graph_breaks:
         note_graph_break(exc)

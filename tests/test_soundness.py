@@ -318,3 +318,45 @@ def test_tensor_type_class_argument():
 
     h, d = f(torch.ones(2), torch.ones(2))
     assert h.dtype == torch.float16 and d.dtype == torch.float64 and cnt.frame_count == 1
+
+
+# ---- aliasing of mutable objects ---------------------------------------------------------------
+
+def test_list_mutated_through_an_alias():
+    @pydynamo.optimize("eager")
+    def f(x, a, b):
+        a.append(1)
+        return x + len(b)
+
+    x = torch.zeros(1)
+    assert f(x, [], [])[0] == 0
+    shared = []
+    assert f(x, shared, shared)[0] == 1
+    assert f(x, [], [])[0] == 0
+
+
+def test_one_list_reached_by_two_paths():
+    @pydynamo.optimize("eager")
+    def f(x, d, lst):
+        d["k"].append(1)
+        return x + len(lst), lst
+
+    x = torch.zeros(1)
+    lst = []
+    out, ret = f(x, {"k": lst}, lst)
+    assert out[0] == 1 and ret is lst and lst == [1]
+    other = []
+    out, ret = f(x, {"k": []}, other)
+    assert out[0] == 0 and ret is other and other == []
+
+
+def test_attribute_store_seen_through_an_alias():
+    @pydynamo.optimize("eager")
+    def f(x, o1, o2):
+        o1.v = 5
+        return x + o2.v
+
+    a, b = Obj(), Obj()
+    a.v = b.v = 1
+    assert f(torch.zeros(1), a, b)[0] == 1
+    assert f(torch.zeros(1), a, a)[0] == 5

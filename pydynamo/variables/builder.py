@@ -180,13 +180,33 @@ def wrap_value(tx, value, source):
     known = tx.output.tracked_sources
     if source is not None and source.name() in known:
         return known[source.name()]
+    if source is not None and _MUTABLE_KINDS(value):
+        # one object reached by two paths is one tracker: a mutation made through one path is
+        # seen through the other (output_graph guards that the paths still alias, or not)
+        same = tx.output.mutable_objects.get(id(value))
+        if same is not None and same[1] is value:
+            tx.output.mutable_sources[source.name()] = (source, value)
+            known[source.name()] = same[0]
+            return same[0]
     for accepts, make in _TABLE:
         if accepts(value):
             var = make(tx, value, source)
             if source is not None:
                 known[source.name()] = var
+                if _MUTABLE_KINDS(value):
+                    tx.output.mutable_objects[id(value)] = (var, value)
+                    tx.output.mutable_sources[source.name()] = (source, value)
             return var
     raise AssertionError("the last row accepts everything")
+
+
+def _MUTABLE_KINDS(value):
+    """Values whose contents a trace may change and read back: lists, dicts, user objects.
+    (Modules are pinned by identity; tensors have their own aliasing guard.)"""
+    return type(value) in (list, dict) or (
+        not isinstance(value, (torch.Tensor, torch.nn.Module, type, types.ModuleType,
+                               types.FunctionType, types.MethodType, tuple))
+        and not is_constant_value(value) and hasattr(value, "__dict__"))
 
 
 def wrap_constant(value):
