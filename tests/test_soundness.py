@@ -360,3 +360,46 @@ def test_attribute_store_seen_through_an_alias():
     a.v = b.v = 1
     assert f(torch.zeros(1), a, b)[0] == 1
     assert f(torch.zeros(1), a, a)[0] == 5
+
+
+# ---- modelled methods of torch classes ---------------------------------------------------------
+
+def test_container_subclass_methods_are_its_own():
+    class Rev(torch.nn.ModuleList):
+        def __getitem__(self, i):
+            return super().__getitem__(len(self) - 1 - i)
+
+        def __len__(self):
+            return 1
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = Rev([torch.nn.Linear(2, 2), torch.nn.Identity()])
+
+        def forward(self, x):
+            return self.layers[0](x), len(self.layers)
+
+    m = Net()
+    x = torch.ones(1, 2)
+    out, n = pydynamo.optimize("eager")(m)(x)
+    assert torch.equal(out, m(x)[0]) and n == 1
+
+
+def test_container_lacks_a_method_it_does_not_have():
+    m = torch.nn.ModuleList([torch.nn.Identity()])
+
+    @pydynamo.optimize("eager")
+    def f(x):
+        return x, m.keys()
+
+    with pytest.raises(AttributeError):
+        f(torch.ones(1))
+
+
+def test_grad_mode_context_types():
+    @pydynamo.optimize("eager")
+    def f(x):
+        return x + (type(torch.enable_grad()) is torch.enable_grad) + (type(torch.no_grad()) is torch.no_grad)
+
+    assert f(torch.zeros(1))[0] == 2

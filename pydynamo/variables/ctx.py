@@ -14,10 +14,12 @@ def set_grad_mode(tx, mode):
 
 
 class GradModeVariable(VariableTracker):
-    def __init__(self, target, initial, entered_on_create):
+    def __init__(self, target, initial, entered_on_create, cls=None):
         super().__init__(None)
         self.target, self.initial = target, initial
         self.entered_on_create = entered_on_create
+        self.cls = cls or (torch.set_grad_enabled if entered_on_create else
+                           torch.enable_grad if target else torch.no_grad)
 
     @staticmethod
     def create(tx, fn, args, kwargs):
@@ -29,10 +31,10 @@ class GradModeVariable(VariableTracker):
             return var
         if args or kwargs:
             raise Unsupported(f"{fn.__name__} with arguments")
-        return GradModeVariable(fn is torch.enable_grad, torch.is_grad_enabled(), False)
+        return GradModeVariable(fn is torch.enable_grad, torch.is_grad_enabled(), False, fn)
 
     def python_type(self):
-        return torch.set_grad_enabled if self.entered_on_create else torch.no_grad
+        return self.cls
 
     def enter(self, tx):
         if not self.entered_on_create:
@@ -45,9 +47,9 @@ class GradModeVariable(VariableTracker):
         return ConstantVariable(None)
 
     def call_method(self, tx, name, args, kwargs):
-        if name == "__enter__":
+        if name == "__enter__" and not args and not kwargs:
             return self.enter(tx)
-        if name == "__exit__":
+        if name == "__exit__" and not kwargs:
             return self.exit(tx)
         raise Unsupported(f"grad mode context manager .{name}")
 

@@ -258,6 +258,8 @@ class RangeVariable(VariableTracker):
 
     def call_method(self, tx, name, args, kwargs):
         from .builder import wrap_constant
+        if kwargs or len(args) != (0 if name == "__len__" else 1):
+            raise Unsupported(f"range.{name} with these arguments")
         if name == "__getitem__":
             return wrap_constant(self.value[_const_index(tx, args[0])])
         if name == "__len__":

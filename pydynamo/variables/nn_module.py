@@ -29,7 +29,8 @@ class NNModuleVariable(VariableTracker):
         return type(self.module)
 
     def truth(self, tx):
-        if isinstance(self.module, _CONTAINERS):
+        if isinstance(self.module, _CONTAINERS) and _torch_container_method(type(self.module), "__len__") \
+                and not hasattr(type(self.module), "__bool__"):
             return len(self._children(tx)) > 0
         if hasattr(type(self.module), "__bool__") or hasattr(type(self.module), "__len__"):
             raise Unsupported(f"truth value of {type(self.module).__name__}")
@@ -90,7 +91,7 @@ class NNModuleVariable(VariableTracker):
         return wrap_value(tx, module, src)
 
     def unpack_var_sequence(self, tx):
-        if not isinstance(self.module, _CONTAINERS):
+        if not isinstance(self.module, _CONTAINERS) or not _torch_container_method(type(self.module), "__iter__"):
             raise Unsupported(f"iterating over {type(self.module).__name__}")
         children = self._children(tx)
         if isinstance(self.module, torch.nn.ModuleDict):
@@ -98,9 +99,10 @@ class NNModuleVariable(VariableTracker):
         return [self._child(tx, k, m) for k, m in children]
 
     def call_method(self, tx, name, args, kwargs):
-        if isinstance(self.module, _CONTAINERS) and name in _CONTAINER_METHODS:
-            return _CONTAINER_METHODS[name](self, tx, *args)
-        if name in ("children", "named_children") and not args:
+        if isinstance(self.module, _CONTAINERS) and name in _CONTAINER_METHODS and \
+                _torch_container_method(type(self.module), name):
+            return _call_container_method(self, tx, _CONTAINER_METHODS[name], name, args, kwargs)
+        if name in ("children", "named_children") and not args and not kwargs:
             items = [(k, m) for k, m in self._children_any(tx)]
             if name == "children":
                 return ListIteratorVariable([self._child_by_attr(tx, k, m) for k, m in items],
@@ -128,6 +130,22 @@ class NNModuleVariable(VariableTracker):
 
     def _repr_value(self):
         return type(self.module).__name__
+
+
+def _torch_container_method(cls, name):
+    """``cls.name`` is torch's own container method (a subclass may override it: then it is
+    inlined like any method)."""
+    fn = getattr(cls, name, None)
+    return fn is not None and any(fn is getattr(base, name, None) for base in _CONTAINERS)
+
+
+def _call_container_method(self, tx, fn, name, args, kwargs):
+    import inspect
+    try:
+        inspect.signature(fn).bind(self, tx, *args, **kwargs)
+    except TypeError:
+        raise Unsupported(f"{type(self.module).__name__}.{name} with these arguments") from None
+    return fn(self, tx, *args, **kwargs)
 
 
 def _len(self, tx):
