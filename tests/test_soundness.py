@@ -403,3 +403,24 @@ def test_grad_mode_context_types():
         return x + (type(torch.enable_grad()) is torch.enable_grad) + (type(torch.no_grad()) is torch.no_grad)
 
     assert f(torch.zeros(1))[0] == 2
+
+
+def test_isinstance_follows_the_metaclass():
+    import collections.abc
+    import typing
+
+    @typing.runtime_checkable
+    class HasFoo(typing.Protocol):
+        def foo(self): ...
+
+    class A:
+        def foo(self):
+            return 1
+
+    def f(x, p, d):
+        return (x + isinstance(x, torch.nn.Parameter) + 2 * isinstance(d, collections.abc.Mapping)
+                + 4 * isinstance(p, HasFoo) + 8 * isinstance(x, int | torch.Tensor))
+
+    opt = pydynamo.optimize("eager")(f)
+    for x in (torch.ones(1), torch.nn.Parameter(torch.ones(1))):
+        assert torch.equal(opt(x, A(), {}), f(x, A(), {}))

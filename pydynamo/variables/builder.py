@@ -225,7 +225,7 @@ def wrap_constant(value):
         return RangeVariable(value)
     if type(value) is slice:
         return SliceVariable(*(ConstantVariable(p) for p in (value.start, value.stop, value.step)))
-    if isinstance(value, (frozenset, types.CodeType)):
+    if isinstance(value, (frozenset, types.CodeType, types.UnionType)):
         return ConstantVariable(value)
     if any(value is c for c in _TORCH_CLASSES):
         return TorchVariable(value)  # the grad-mode classes a resume function's prologue enters

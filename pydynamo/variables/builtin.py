@@ -369,10 +369,47 @@ def _len(tx, obj):
     return obj.call_method(tx, "__len__", [], {})
 
 
+def _classes(spec):
+    """The classes an isinstance/issubclass spec names (nested tuples, ``A | B`` unions)."""
+    import types
+    if isinstance(spec, tuple):
+        return [c for item in spec for c in _classes(item)]
+    if isinstance(spec, types.UnionType):
+        return _classes(spec.__args__)
+    if not isinstance(spec, type):
+        raise Unsupported(f"isinstance() with {spec!r}, which is not a class")
+    return [spec]
+
+
+def _plain_instancecheck(cls):
+    """``isinstance(x, cls)`` is decided by ``type(x)`` alone: type's own check, or an ABC's
+    (which asks the class registry, as issubclass does)."""
+    import abc
+    check = type(cls).__instancecheck__
+    return check is type.__instancecheck__ or check is abc.ABCMeta.__instancecheck__
+
+
 @handles(isinstance)
 def _isinstance(tx, obj, cls):
-    classes = cls.as_python_constant()
-    return ConstantVariable(issubclass(obj.python_type(), classes))
+    import torch
+    from .base import guarded_hasattr
+    result = False
+    for c in _classes(cls.as_python_constant()):
+        if _plain_instancecheck(c):
+            result = result or issubclass(obj.python_type(), c)
+        elif c in (torch.nn.Parameter, torch.nn.Buffer) and isinstance(obj, TensorVariable):
+            # their metaclass also accepts a plain tensor marked _is_param / _is_buffer
+            if not issubclass(obj.python_type(), c):
+                marker = "_is_param" if c is torch.nn.Parameter else "_is_buffer"
+                if obj.source is not None and obj.source.name() in tx.output.inputs:
+                    real = tx.output.inputs[obj.source.name()][1]
+                    if guarded_hasattr(tx, real, obj.source, marker):
+                        raise Unsupported(f"isinstance of a tensor marked {marker}")
+            else:
+                result = True
+        else:
+            raise Unsupported(f"isinstance() with {type(c).__name__}.__instancecheck__ of {c.__qualname__}")
+    return ConstantVariable(result)
 
 
 @handles(issubclass)
