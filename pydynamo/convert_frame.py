@@ -57,11 +57,57 @@ def _where(code):
 
 def run_without_hook(backend):
     """The backend, with every compiled graph it returns called with the hook off: a backend's
-    runtime is library code (launchers, autotuning, generated wrappers), never to be traced."""
+    runtime is library code (launchers, autotuning, generated wrappers), never to be traced.
+    (The backend call itself runs inside the hook's callback, where the hook is off already.)"""
     @functools.wraps(backend)
     def compile_graph(gm, example_inputs, **kwargs):
         return _C.NoHookCall(backend(gm, example_inputs, **kwargs))
     return compile_graph
+
+
+def compiler_without_hook(compiler):
+    """An AOTAutograd forward/backward compiler (``compiler(gm, example_inputs) -> callable``)
+    that compiles with this thread's hook off and returns a callable that runs with it off.
+
+    The backward compiler runs lazily, at the first backward, from the autograd engine: outside
+    the hook's callback and outside the NoHookCall around the compiled forward. In backward
+    the hook declines to compile anyway (``in_backward`` below); this turns it off outright
+    for our own backends, so the compile and every later backward step pay no callbacks.
+    AOTAutograd's boxed calling convention (``_boxed_call``: one list argument) is kept."""
+    no_hook_compiler = _C.NoHookCall(compiler)
+
+    @functools.wraps(compiler)
+    def compile_without_hook(gm, example_inputs, *args, **kwargs):
+        return without_hook(no_hook_compiler(gm, example_inputs, *args, **kwargs))
+    return compile_without_hook
+
+
+def without_hook(compiled):
+    """``compiled`` called with this thread's hook off, keeping AOTAutograd's boxed convention."""
+    if not getattr(compiled, "_boxed_call", False):
+        return _C.NoHookCall(compiled)
+    no_hook = _C.NoHookCall(compiled)
+
+    def boxed(args):
+        return no_hook(args)
+    boxed._boxed_call = True
+    return boxed
+
+
+def in_backward():
+    """Whether this thread is running the autograd engine's work: a node's backward, or a hook
+    or autograd.Function.backward called by it. Frames that start then are never compiled.
+
+    A compiler's own work runs there: AOTAutograd compiles the backward graph lazily, at the
+    first backward, and then runs it at every backward, whatever backend (ours or a user's)
+    asked for it, and Inductor's or a user's compiler code (dataclass ``__init__``s made by
+    exec, generated modules, sympy) is not ours to tell apart from user code by its file.
+    Where the backward runs is the autograd engine's choice: CPU work runs on the thread that
+    called ``backward()``, whose hook may be on (this rule applies); CUDA and other devices' work
+    runs on the engine's device threads, which never had a hook setting (the hook is off there).
+    Either way no frame of the backward pass is compiled; user hooks and backward methods run
+    eagerly, and cache entries made before still serve hits."""
+    return torch._C._current_autograd_node() is not None
 
 
 class ConvertFrame:
@@ -72,6 +118,11 @@ class ConvertFrame:
         code = frame.f_code
         if skip_reason(code):
             return _C.SKIP
+        if in_backward():
+            # None, not SKIP: the same code may be a top-level frame of the forward later (a
+            # user's function called from a backward hook, or optimize()d itself); SKIP is
+            # forever. The price is this callback at each such call while in backward.
+            return None
         if cache_size >= config.cache_size_limit:
             self._cache_limit_reached(frame, code)
             return None  # existing entries keep serving hits; misses run eagerly

@@ -1,4 +1,5 @@
 """PyTorch's Inductor as a pydynamo backend (C++ kernels on CPU, Triton kernels on CUDA)."""
+from .. import _C
 
 
 def _static_inputs(gm):
@@ -23,6 +24,10 @@ def inductor(gm, example_inputs, *, mode=None, options=None):
         if static and not kwargs.get("is_backward") and not kwargs.get("static_input_idxs") \
                 and len(inputs) == n_inputs:
             kwargs["static_input_idxs"] = static
-        return compile_fx_inner(graph, inputs, **kwargs)
+        # The backward's inner compile runs at the first backward, from the autograd engine,
+        # with the hook on: turn it off (convert_frame.in_backward keeps what Inductor does
+        # around it from being compiled). Its result is not wrapped: AOTAutograd caches and
+        # inspects it as Inductor's OutputCode; its runtime is covered by in_backward too.
+        return _C.NoHookCall(compile_fx_inner)(graph, inputs, **kwargs)
 
     return compile_fx(gm, example_inputs, inner_compile=inner_compile, config_patches=patches or None)

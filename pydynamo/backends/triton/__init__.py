@@ -53,6 +53,7 @@ def triton_backend(gm, example_inputs):
     eager_bw = os.environ.get("PYDYNAMO_TRITON_EAGER_BACKWARD", "0") == "1"
     from torch.fx._lazy_graph_module import _use_lazy_graph_module
 
+    from ...convert_frame import compiler_without_hook
     from . import runtime
     # Lazy graph modules: AOTAutograd and its partitioner make a GraphModule at every step and
     # each would generate and compile its Python code at once; lazily, only the ones called are
@@ -60,8 +61,10 @@ def triton_backend(gm, example_inputs):
     with torch._functorch.config.patch(force_non_lazy_backward_lowering=eager_bw), \
             _use_lazy_graph_module(True), \
             (runtime.deferred_precompile() if eager_bw else contextlib.nullcontext()):
-        compiled = aot_module_simplified(gm, example_inputs, fw_compiler=compile_aten_graph,
-                                         bw_compiler=compile_aten_graph, decompositions=decomposition_table(),
+        # hook off for the backward's compile (at the first backward) and both graphs' runtime
+        compiler = compiler_without_hook(compile_aten_graph)
+        compiled = aot_module_simplified(gm, example_inputs, fw_compiler=compiler,
+                                         bw_compiler=compiler, decompositions=decomposition_table(),
                                          partition_fn=min_cut_rematerialization_partition)
     if single:
         return lambda *args: compiled(*args)[0]
