@@ -32,6 +32,8 @@ typedef struct {
     PyObject *type, *dtype, *device, *layout, *requires_grad;
     /* descriptors looked up on the exact type once, so a check costs no attribute lookup */
     PyObject *d_dtype, *d_device, *d_layout, *d_requires_grad, *d_shape, *d_stride;
+    PyObject *d_is_inference, *d_is_conj, *d_is_neg; /* methods: called with the tensor */
+    int flags;                /* PYD_TENSOR_INFERENCE / _CONJ / _NEG bits the tensor must have */
     Py_ssize_t ndim;
     int64_t *sizes, *strides; /* ANY_SIZE = not checked (a dynamic dimension) */
     int fast;                 /* checked by the C++ fast path (tensor_guard.h) */
@@ -214,8 +216,7 @@ static int int_tuple_matches(PyObject *tup, const int64_t *want, Py_ssize_t n, c
 static int tensor_matches(const TensorSpec *t, PyObject *v, const char **detail)
 {
     if ((PyObject *)Py_TYPE(v) != t->type) { *detail = "type"; return 0; }
-    if (t->fast)
-        return fast_api->check(v, &t->spec, t->requires_grad == Py_True, t->sizes, t->strides, t->ndim, detail);
+    if (t->fast) return fast_api->check(v, &t->spec, t->sizes, t->strides, t->ndim, detail);
     PyObject *x;
     int r;
 #define SAME_AS(descr, want, name)                                       \
@@ -229,6 +230,17 @@ static int tensor_matches(const TensorSpec *t, PyObject *v, const char **detail)
     SAME_AS(t->d_layout, t->layout, "layout");
     SAME_AS(t->d_requires_grad, t->requires_grad, "requires_grad");
 #undef SAME_AS
+#define HAS_FLAG(method, bit, name)                                      \
+    x = PyObject_Vectorcall(method, &v, 1, NULL);                        \
+    if (x == NULL) return -1;                                            \
+    r = PyObject_IsTrue(x);                                              \
+    Py_DECREF(x);                                                        \
+    if (r < 0) return -1;                                                \
+    if (r != ((t->flags & (bit)) != 0)) { *detail = name; return 0; }
+    HAS_FLAG(t->d_is_inference, PYD_TENSOR_INFERENCE, "inference");
+    HAS_FLAG(t->d_is_conj, PYD_TENSOR_CONJ, "conj");
+    HAS_FLAG(t->d_is_neg, PYD_TENSOR_NEG, "neg");
+#undef HAS_FLAG
     x = get_via(t->d_shape, v);
     if (x == NULL) return -1;
     r = int_tuple_matches(x, t->sizes, t->ndim, detail, "size");
@@ -569,28 +581,35 @@ static void free_tensor_spec(TensorSpec *t)
     Py_XDECREF(t->type); Py_XDECREF(t->dtype); Py_XDECREF(t->device); Py_XDECREF(t->layout);
     Py_XDECREF(t->requires_grad); Py_XDECREF(t->d_dtype); Py_XDECREF(t->d_device);
     Py_XDECREF(t->d_layout); Py_XDECREF(t->d_requires_grad); Py_XDECREF(t->d_shape);
-    Py_XDECREF(t->d_stride);
+    Py_XDECREF(t->d_stride); Py_XDECREF(t->d_is_inference); Py_XDECREF(t->d_is_conj); Py_XDECREF(t->d_is_neg);
     PyMem_Free(t->sizes); PyMem_Free(t->strides); PyMem_Free(t);
 }
 
 static int parse_tensor_spec(PyObject *value, Check *c)
 {
+    /* the three flags may be left out: a plain tensor (none of them set) */
     PyObject *type, *dtype, *device, *layout, *rg, *sizes, *strides;
-    if (!PyTuple_Check(value) ||
-        !PyArg_ParseTuple(value, "O!OOOOOO", &PyType_Type, &type, &dtype, &device, &layout, &rg, &sizes, &strides)) {
+    PyObject *inference = Py_False, *conj = Py_False, *neg = Py_False;
+    if (!PyTuple_Check(value) || (PyTuple_GET_SIZE(value) != 7 && PyTuple_GET_SIZE(value) != 10) ||
+        !PyArg_ParseTuple(value, "O!OOOOOO|O!O!O!", &PyType_Type, &type, &dtype, &device, &layout, &rg, &sizes,
+                          &strides, &PyBool_Type, &inference, &PyBool_Type, &conj, &PyBool_Type, &neg)) {
         PyErr_Clear();
-        PyErr_SetString(PyExc_TypeError,
-                        "TENSOR_MATCH value must be (type, dtype, device, layout, requires_grad, sizes, strides)");
+        PyErr_SetString(PyExc_TypeError, "TENSOR_MATCH value must be (type, dtype, device, layout, requires_grad, "
+                                         "sizes, strides[, is_inference, is_conj, is_neg]), the last three bools");
         return -1;
     }
     TensorSpec *t = c->tensor = PyMem_Calloc(1, sizeof(TensorSpec));
     if (t == NULL) { PyErr_NoMemory(); return -1; }
     t->type = Py_NewRef(type); t->dtype = Py_NewRef(dtype); t->device = Py_NewRef(device);
     t->layout = Py_NewRef(layout); t->requires_grad = Py_NewRef(rg);
+    t->flags = (inference == Py_True ? PYD_TENSOR_INFERENCE : 0) | (conj == Py_True ? PYD_TENSOR_CONJ : 0) |
+               (neg == Py_True ? PYD_TENSOR_NEG : 0);
     if (!(t->d_dtype = lookup_descr(type, "dtype")) || !(t->d_device = lookup_descr(type, "device")) ||
         !(t->d_layout = lookup_descr(type, "layout")) ||
         !(t->d_requires_grad = lookup_descr(type, "requires_grad")) ||
-        !(t->d_shape = lookup_descr(type, "shape")) || !(t->d_stride = lookup_descr(type, "stride")))
+        !(t->d_shape = lookup_descr(type, "shape")) || !(t->d_stride = lookup_descr(type, "stride")) ||
+        !(t->d_is_inference = lookup_descr(type, "is_inference")) ||
+        !(t->d_is_conj = lookup_descr(type, "is_conj")) || !(t->d_is_neg = lookup_descr(type, "is_neg")))
         return -1;
     if (!PyTuple_Check(sizes)) { PyErr_SetString(PyExc_TypeError, "TENSOR_MATCH: sizes must be a tuple"); return -1; }
     t->ndim = PyTuple_GET_SIZE(sizes);
@@ -598,7 +617,10 @@ static int parse_tensor_spec(PyObject *value, Check *c)
         return -1;
     const PydTensorGuardAPI *api = get_fast_api();
     if (api != NULL && (rg == Py_True || rg == Py_False)) {
-        if (api->encode(type, dtype, device, layout, &t->spec) == 0) t->fast = 1;
+        if (api->encode(type, dtype, device, layout, &t->spec) == 0) {
+            t->fast = 1;
+            t->spec.flags = t->flags | (rg == Py_True ? PYD_TENSOR_REQUIRES_GRAD : 0);
+        }
         else PyErr_Clear(); /* not torch objects: the portable path reports the mismatch */
     }
     return 0;

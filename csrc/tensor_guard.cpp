@@ -40,8 +40,23 @@ bool same_ints(c10::IntArrayRef have, const int64_t *want, Py_ssize_t n) {
   return true;
 }
 
-int check(PyObject *obj, const PydFastTensorSpec *spec, int requires_grad, const int64_t *sizes,
-          const int64_t *strides, Py_ssize_t ndim, const char **detail) {
+// The PYD_TENSOR_* bits of `t`: bit tests on the TensorImpl's dispatch key set (inline), and
+// requires_grad (the call t.requires_grad() makes).
+int32_t flags_of(const at::Tensor &t) {
+  c10::TensorImpl *impl = t.unsafeGetTensorImpl();
+  return (impl->requires_grad() ? PYD_TENSOR_REQUIRES_GRAD : 0) | (impl->is_inference() ? PYD_TENSOR_INFERENCE : 0) |
+         (impl->is_conj() ? PYD_TENSOR_CONJ : 0) | (impl->is_neg() ? PYD_TENSOR_NEG : 0);
+}
+
+const char *flag_name(int32_t bits) {
+  if (bits & PYD_TENSOR_REQUIRES_GRAD) return "requires_grad";
+  if (bits & PYD_TENSOR_INFERENCE) return "inference";
+  if (bits & PYD_TENSOR_CONJ) return "conj";
+  return "neg";
+}
+
+int check(PyObject *obj, const PydFastTensorSpec *spec, const int64_t *sizes, const int64_t *strides,
+          Py_ssize_t ndim, const char **detail) {
   try {
     const at::Tensor &t = THPVariable_Unpack(obj);
     if (static_cast<int32_t>(t.scalar_type()) != spec->dtype) { *detail = "dtype"; return 0; }
@@ -49,7 +64,8 @@ int check(PyObject *obj, const PydFastTensorSpec *spec, int requires_grad, const
     if (static_cast<int32_t>(d.type()) != spec->device_type ||
         (d.has_index() ? d.index() : -1) != spec->device_index) { *detail = "device"; return 0; }
     if (static_cast<int32_t>(t.layout()) != spec->layout) { *detail = "layout"; return 0; }
-    if (t.requires_grad() != static_cast<bool>(requires_grad)) { *detail = "requires_grad"; return 0; }
+    const int32_t differ = flags_of(t) ^ spec->flags;
+    if (differ != 0) { *detail = flag_name(differ); return 0; }
     if (!same_ints(t.sizes(), sizes, ndim)) { *detail = "size"; return 0; }
     if (!same_ints(t.strides(), strides, ndim)) { *detail = "stride"; return 0; }
     return 1;

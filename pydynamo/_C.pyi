@@ -57,8 +57,13 @@ exception while reading means the check fails. Check kinds, with their ``value``
                    weak reference fails the check)
 * ``EQUALS_MATCH`` None, bool, int, float, str or a tuple of these: same type, equal
                    (floats bit for bit)
-* ``TENSOR_MATCH`` ``(type, dtype, device, layout, requires_grad, sizes, strides)``; sizes and
-                   strides are tuples of ints, ``None`` in a position means "any"
+* ``TENSOR_MATCH`` ``(type, dtype, device, layout, requires_grad, sizes, strides, is_inference,
+                   is_conj, is_neg)``: ``type(v) is type``, equal dtype, device, layout and
+                   requires_grad, and the three bools equal ``v.is_inference()``, ``v.is_conj()``,
+                   ``v.is_neg()`` (the three may be left out: all False, a plain tensor); sizes and
+                   strides are tuples of ints, ``None`` in a position means "any". A failure names
+                   what differs: type, dtype, device, layout, requires_grad, inference, conj,
+                   neg, size or stride
 * ``DICT_KEYS``    a tuple: ``type(v) is dict`` and its keys are exactly these, in this order
 * ``LEN``          an int: ``len(v) == value``
 * ``EMPTY_ATTRS``  a tuple of str: ``len(getattr(v, name)) == 0`` for each (an nn.Module's hook

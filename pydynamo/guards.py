@@ -125,17 +125,24 @@ class GuardBuilder:
             self.PREDICATE(source, EqualsPredicate(value), f"{source.name()} == {value!r}")
 
     def TENSOR_MATCH(self, source, value, sizes=None, strides=None):
-        """``sizes`` / ``strides``: what to check (None in a position: any, a symbolic size whose
+        """Everything a trace may read of a tensor input without a guard of its own: its exact
+        type, dtype, device, layout, requires_grad, sizes, strides, and the inference, conjugate
+        and negative bits (the trace answers ``x.is_inference()`` etc. as constants, and the bits
+        change what ops compute). The text names the bits only where set.
+
+        ``sizes`` / ``strides``: what to check (None in a position: any, a symbolic size whose
         facts the SHAPE_ENV check holds); the tensor's own by default."""
         if value.layout is not torch.strided or value.is_nested:
             raise NotImplementedError("only strided tensors are guarded")
         sizes = tuple(value.size()) if sizes is None else sizes
         strides = tuple(value.stride()) if strides is None else strides
+        flags = (value.is_inference(), value.is_conj(), value.is_neg())
         info = (type(value), value.dtype, value.device, value.layout, value.requires_grad,
-                sizes, strides)
+                sizes, strides, *flags)
         shown = lambda ints: "[" + ", ".join("*" if i is None else str(i) for i in ints) + "]"  # noqa: E731
+        bits = "".join(f", {name}=True" for name, on in zip(("inference", "conj", "neg"), flags) if on)
         text = (f"{source.name()}: {type(value).__name__}({value.dtype}, {value.device}, "
-                f"size={shown(sizes)}, stride={shown(strides)}, requires_grad={value.requires_grad})")
+                f"size={shown(sizes)}, stride={shown(strides)}, requires_grad={value.requires_grad}{bits})")
         self._add(source.steps(), "TENSOR_MATCH", info, text)
 
     def DICT_KEYS(self, source, value):

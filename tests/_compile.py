@@ -138,9 +138,11 @@ def check_one(check, args, f_globals, f_builtins, closure):
     if kind == "EQUALS_MATCH":
         return _equals(v, value)
     if kind == "TENSOR_MATCH":
-        t, dtype, device, layout, requires_grad, sizes, strides = value
+        t, dtype, device, layout, requires_grad, sizes, strides, *flags = value
+        inference, conj, neg = flags or (False, False, False)  # left out: a plain tensor
         return (type(v) is t and v.dtype == dtype and v.device == device and v.layout == layout
                 and v.requires_grad == requires_grad
+                and (v.is_inference(), v.is_conj(), v.is_neg()) == (inference, conj, neg)
                 and all(a is None or a == b for a, b in zip(sizes, v.size())) and len(sizes) == v.dim()
                 and all(a is None or a == b for a, b in zip(strides, v.stride())))
     if kind == "DICT_KEYS":

@@ -46,7 +46,9 @@ def test_tensor_guard_fields():
     c(x3)
     (check,) = [k for k in c.checks if k.kind == "TENSOR_MATCH"]
     assert check.steps == (("L", 0),)
-    assert check.value == (torch.Tensor, torch.float32, torch.device("cpu"), torch.strided, False, (3,), (1,))
+    # ..., requires_grad, sizes, strides, then the inference, conjugate and negative bits
+    assert check.value == (torch.Tensor, torch.float32, torch.device("cpu"), torch.strided, False, (3,), (1,),
+                           False, False, False)
 
 
 def test_global_state_guards_present():

@@ -29,13 +29,20 @@ def _guard(tx, source, kind, value):
 
 
 def _tensor(tx, value, source):
+    """A graph input. Refused: tensors with properties TENSOR_MATCH does not describe (a subclass
+    may override any op or property; names, quantization parameters, non-strided layouts)."""
     if source is None:
         raise Unsupported("a tensor that is not reachable from the frame's inputs "
                           "(e.g. a constant inside a torch module)")
+    if type(value) is not torch.Tensor and type(value) is not torch.nn.Parameter:
+        raise Unsupported(f"tensor subclass {type(value).__name__}")
     if value.layout is not torch.strided or value.is_nested:
         raise Unsupported(f"tensors with layout {value.layout} are not supported")
-    if type(value) is not torch.Tensor and not isinstance(value, torch.nn.Parameter):
-        raise Unsupported(f"tensor subclass {type(value).__name__}")
+    if value.is_quantized:
+        raise Unsupported("quantized tensors are not supported (their scale and zero point are "
+                          "not guarded)")
+    if getattr(value, "has_names", None) is not None and value.has_names():  # torch < 2.13
+        raise Unsupported("named tensors are not supported")
     var = tx.output.add_graph_input(source, value)
     if not _has_symbolic_size(var.example_value):  # else guarded when the trace ends (shapes.py)
         _guard(tx, source, "TENSOR_MATCH", value)

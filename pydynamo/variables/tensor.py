@@ -1,29 +1,57 @@
 """Tensors: an FX node plus the fake tensor that gives its metadata.
 
-Metadata (shape, dtype, device, ...) is static: it is guarded by TENSOR_MATCH on the inputs and
-follows from them, so it is answered at trace time as constants. Everything that computes on the
-data becomes a graph node; anything that needs the data itself (``item()``, ``if x.sum():``)
-raises Unsupported.
+Metadata is answered at trace time as a constant only where a guard makes the answer hold on
+every later call that reuses the entry:
+
+* pinned: TENSOR_MATCH pins, on every tensor input, its type, dtype, device, layout,
+  requires_grad, sizes, strides and the inference, conjugate and negative bits; the properties
+  in ``_PINNED_ATTRS`` / ``_CONSTANT_METHODS`` follow from these. A value computed in the graph
+  gets them from ops on pinned inputs (and the guarded grad mode), as its fake tensor does.
+* guarded where read: is_leaf and ``_GUARDED_METHODS`` (storage_offset(), _is_view(),
+  is_pinned(), is_shared()) are facts about the input object that TENSOR_MATCH does not pin:
+  each read adds its own guard (see ``_guarded_read``).
+* refused: anything else whose answer is not a tensor. The graph path (``wrap_fx_value``) folds a
+  non-tensor result into a constant only for the names in ``_FOLDABLE_METHODS`` and torch
+  functions whose every tensor read is pinned (``_check_fold``).
+
+Everything that computes on the data becomes a graph node; anything that needs the data itself
+(``item()``, ``if x.sum():``) raises Unsupported.
 """
+import contextlib
 import operator
+import types
 
 import torch
+import torch.fx
+import torch.utils._pytree as pytree
 
 from ..exc import DataDependentError, Unsupported
+from ..source import AttrSource
 from .base import GetAttrVariable, VariableTracker
 from .constant import ConstantVariable
 from .lists import SizeVariable, TupleVariable
 
-# Properties answered from the fake tensor as constants.
-_CONSTANT_ATTRS = frozenset({
-    "dtype", "device", "layout", "ndim", "requires_grad", "is_cuda", "is_sparse", "is_quantized",
-    "is_meta", "is_leaf", "is_nested", "is_mps", "is_cpu", "itemsize", "nbytes"})
+# Properties that follow from what TENSOR_MATCH pins (device, layout, dtype, sizes, requires_grad).
+_PINNED_ATTRS = frozenset({
+    "shape", "dtype", "device", "layout", "ndim", "requires_grad", "is_cuda", "is_cpu", "is_mps",
+    "is_xpu", "is_meta", "is_sparse", "is_sparse_csr", "is_mkldnn", "is_quantized", "is_nested",
+    "itemsize", "nbytes"})
 # Properties that compute a new tensor: graph nodes (getattr).
 _TENSOR_ATTRS = frozenset({"T", "mT", "H", "mH", "real", "imag"})
-# Methods answered as constants.
+# Methods answered from the fake tensor as constants, all of their arguments constants: they
+# follow from what TENSOR_MATCH pins (is_contiguous from sizes and strides, get_device from the
+# device, is_inference / is_conj / is_neg are pinned bits).
 _CONSTANT_METHODS = frozenset({
     "dim", "ndimension", "numel", "nelement", "element_size", "is_floating_point", "is_complex",
-    "is_contiguous", "stride", "storage_offset", "get_device", "is_signed", "has_names"})
+    "is_signed", "is_contiguous", "stride", "get_device", "is_inference", "is_conj", "is_neg"})
+# Facts about the input object itself, not pinned by TENSOR_MATCH: guarded where read (and the
+# attribute is_leaf).
+_GUARDED_METHODS = frozenset({"storage_offset", "_is_view", "is_pinned", "is_shared"})
+# Methods the graph may compute whose non-tensor result may be folded into a constant.
+_FOLDABLE_METHODS = _CONSTANT_METHODS | {"size", "__len__", "is_same_size", "type", "dim_order"}
+# torch functions answering from pinned metadata only (called with tensors, give non-tensors).
+_FOLDABLE_FUNCTIONS = (torch.is_inference, torch.is_conj, torch.is_neg, torch.is_complex,
+                       torch.is_floating_point, torch.numel, torch.is_same_size, torch.result_type)
 # Methods that need the data, or leave the graph world.
 _DATA_METHODS = frozenset({
     "item", "tolist", "numpy", "__bool__", "__int__", "__float__", "__index__", "__complex__",
@@ -59,8 +87,10 @@ class TensorVariable(VariableTracker):
     def var_getattr(self, tx, name):
         if name == "shape":
             return self.size_variable(tx)
-        if name in _CONSTANT_ATTRS:
+        if name in _PINNED_ATTRS:
             return ConstantVariable(getattr(self.example_value, name))
+        if name == "is_leaf":
+            return self._guarded_read(tx, name)
         if name in _TENSOR_ATTRS:
             return tx.output.call_graph(tx, "call_function", getattr, (self, ConstantVariable(name)), {})
         if name in ("grad", "data", "grad_fn", "_version"):
@@ -75,23 +105,25 @@ class TensorVariable(VariableTracker):
                                      f"move .{name}() out of the compiled region, or keep the value "
                                      "a tensor")
         if name == "size":
-            size = self.size_variable(tx)
-            return size if not args else size.getitem(tx, args[0])
+            return self._size_method(tx, args, kwargs)
         if name == "__len__":
+            if args or kwargs:
+                raise Unsupported("Tensor.__len__ with arguments")
             if self.example_value.dim() == 0:
                 raise Unsupported("TypeError: len() of a 0-d tensor")
             return self.size_variable(tx).items[0]
         if name in _CONSTANT_METHODS:
-            try:
-                const_args = [a.as_python_constant() for a in args]
-                const_kwargs = {k: v.as_python_constant() for k, v in kwargs.items()}
-            except Unsupported:
-                raise Unsupported(f"Tensor.{name} with non-constant arguments") from None
-            from .builder import wrap_constant
-            value = getattr(self.example_value, name)(*const_args, **const_kwargs)
+            value = self._call_fake(name, args, kwargs)
+            if name == "is_inference" and self._as_input(tx) is None:
+                _guard_inference_mode(tx)
             if _has_symbols(value):  # numel() or stride() of a tensor with symbolic sizes
                 return tx.output.call_graph(tx, "call_method", name, (self, *args), kwargs)
+            from .builder import wrap_constant
             return wrap_constant(value)
+        if name in _GUARDED_METHODS:
+            if args or kwargs:
+                raise Unsupported(f"Tensor.{name} with arguments")
+            return self._guarded_read(tx, name)
         if name == "__getitem__":
             return tx.output.call_graph(tx, "call_function", operator.getitem, (self, args[0]), {})
         if name == "__setitem__":
@@ -103,6 +135,78 @@ class TensorVariable(VariableTracker):
             raise Unsupported(f"Tensor.{name}")
         return tx.output.call_graph(tx, "call_method", name, (self, *args), kwargs)
 
+    def _call_fake(self, name, args, kwargs):
+        """``fake.name(*args, **kwargs)`` with constant arguments: every form the real method
+        takes, and its errors (the real call raises them when the instruction runs natively)."""
+        const_args, const_kwargs = _constant_args(name, args, kwargs)
+        try:
+            return getattr(self.example_value, name)(*const_args, **const_kwargs)
+        except Exception as e:
+            raise Unsupported(f"Tensor.{name} raised {type(e).__name__}: {e}") from None
+
+    def _size_method(self, tx, args, kwargs):
+        """``x.size()`` / ``x.size(d)`` / ``x.size(dim=d)``, with negative ``d``."""
+        value = self._call_fake("size", args, kwargs)
+        if isinstance(value, torch.Size):
+            return self.size_variable(tx)
+        const_args, const_kwargs = _constant_args("size", args, kwargs)
+        dim = const_args[0] if const_args else const_kwargs["dim"]
+        return self._size(tx, operator.index(dim) % self.example_value.dim(), value)
+
+    # ---- facts about the input object, guarded where read -------------------------------------
+
+    def _guarded_read(self, tx, name):
+        """``is_leaf``, ``storage_offset()``, ``_is_view()``, ``is_pinned()``, ``is_shared()``.
+
+        Of a graph input (or the input itself, returned by an in-place op): the guard pins the
+        input's value at the call, and the answer is what the fake tensor, which started as the
+        input and went through the same ops, says (pinned and shared: the real input's; fake
+        tensors have no memory). Of a value computed in the graph: is_leaf and _is_view are what
+        the graph's ops make them; storage_offset() depends on the offsets of the inputs whose
+        storage it shares (guarded); pinned and shared memory are refused."""
+        fake = self.example_value
+        if name == "storage_offset" and _has_symbols(fake.storage_offset()):
+            # a symbolic input's offset: the graph computes it, the SHAPE_ENV check guards it
+            return tx.output.call_graph(tx, "call_method", name, (self,), {})
+        found = self._as_input(tx)
+        if found is not None:
+            source, real = found
+            if name in ("is_pinned", "is_shared"):
+                value = getattr(real, name)()
+            else:
+                value = fake.is_leaf if name == "is_leaf" else getattr(fake, name)()
+            _guard_input_read(tx, source, real, name)
+            return ConstantVariable(value)
+        if name in ("is_leaf", "_is_view"):
+            return ConstantVariable(fake.is_leaf if name == "is_leaf" else fake._is_view())
+        if name == "storage_offset":
+            for source, real in self._inputs_sharing_storage(tx):
+                _guard_input_read(tx, source, real, name)
+            return ConstantVariable(int(fake.storage_offset()))
+        raise Unsupported(f"Tensor.{name}() of a tensor computed in the graph")
+
+    def _as_input(self, tx):
+        """(source, real tensor) of the graph input this tensor is: by its source, or the same
+        fake tensor (``x.add_(1)`` returns ``x``); None for a value computed in the graph."""
+        if self.source is not None and self.source.name() in tx.output.inputs:
+            source, real, _ = tx.output.inputs[self.source.name()]
+            return source, real
+        for source, real, var in tx.output.inputs.values():
+            if isinstance(var, TensorVariable) and var.example_value is self.example_value:
+                return source, real
+        return None
+
+    def _inputs_sharing_storage(self, tx):
+        def storage(fake):
+            try:
+                return fake.untyped_storage()._cdata
+            except Exception:
+                raise Unsupported("storage_offset() of a tensor whose storage cannot be "
+                                  "compared with the inputs'") from None
+        mine = storage(self.example_value)
+        return [(source, real) for source, real, var in tx.output.inputs.values()
+                if isinstance(var, TensorVariable) and storage(var.example_value) == mine]
+
     def unpack_var_sequence(self, tx):
         if self.example_value.dim() == 0:
             raise Unsupported("iteration over a 0-d tensor")
@@ -111,6 +215,55 @@ class TensorVariable(VariableTracker):
     def _repr_value(self):
         ev = self.example_value
         return f"{self.node.name}: {ev.dtype} {list(ev.shape)}"
+
+
+def _constant_args(name, args, kwargs):
+    try:
+        return ([a.as_python_constant() for a in args],
+                {k: v.as_python_constant() for k, v in kwargs.items()})
+    except Unsupported:
+        raise Unsupported(f"Tensor.{name} with non-constant arguments") from None
+
+
+class _InputReads:
+    """Guard predicate: ``v.name()`` (is_pinned, is_shared, storage_offset, _is_view) still
+    returns ``value``. Holds the answer only, never the tensor."""
+
+    def __init__(self, name, value):
+        self.name, self.value = name, value
+
+    def __call__(self, v):
+        got = getattr(v, self.name)()
+        return type(got) is type(self.value) and got == self.value
+
+    def __repr__(self):
+        return f".{self.name}() == {self.value!r}"
+
+
+def _guard_input_read(tx, source, real, name):
+    """Pin ``real.name`` (the input as the call passes it) for ``source``."""
+    guards = tx.output.guards
+    if name == "is_leaf":  # an attribute: one C equality check
+        guards.EQUALS_MATCH(AttrSource(source, "is_leaf"), real.is_leaf)
+        return
+    value = getattr(real, name)()
+    guards.PREDICATE(source, _InputReads(name, value), f"{source.name()}.{name}() == {value!r}")
+
+
+class _InferenceModeIs:
+    def __init__(self, enabled):
+        self.enabled = enabled
+
+    def __call__(self):
+        return torch.is_inference_mode_enabled() is self.enabled
+
+
+def _guard_inference_mode(tx):
+    """A tensor made by the graph is an inference tensor exactly when inference mode is on
+    (``x.is_inference()`` of a computed value): pin the mode the trace ran in."""
+    enabled = torch.is_inference_mode_enabled()
+    tx.output.guards.PREDICATE(None, _InferenceModeIs(enabled),
+                               f"torch.is_inference_mode_enabled() == {enabled}")
 
 
 def _has_symbols(value):
@@ -133,6 +286,8 @@ def wrap_fx_value(tx, node, value):
     if _has_symbols(value) and not isinstance(value, (tuple, list)):
         return SymNodeVariable.create(node, value)
     if isinstance(value, (tuple, list)) and any(_is_graph_value(v) for v in value):
+        if any(not _is_graph_value(v) and v is not None for v in value):
+            _check_fold(tx, node, value)
         items = []
         for i, v in enumerate(value):
             if _is_graph_value(v):
@@ -146,11 +301,84 @@ def wrap_fx_value(tx, node, value):
             from .lists import ListVariable
             return ListVariable(items)
         return TupleVariable(items, tuple_cls=type(value))
-    # A Python value computed from metadata only (shapes are static): fold it. None is what
-    # in-place calls such as setitem return: those nodes stay for their effect.
+    # A Python value computed from metadata only: fold it, where guards pin that metadata. None
+    # is what in-place calls such as setitem return: those nodes stay for their effect.
+    if value is not None or isinstance(node.target, types.FunctionType):
+        _check_fold(tx, node, value)
     if value is not None and not node.users:
         graph.erase_node(node)
     return _constant_result(value)
+
+
+def _check_fold(tx, node, value):
+    """Raise Unsupported unless ``value``, a non-tensor result of ``node``, follows from what the
+    guards pin. A tensor method: its name must be in ``_FOLDABLE_METHODS``. A function: called
+    again on the fake arguments while ``_TensorReads`` records each tensor property or method it
+    reads and each torch function it calls whose result is not a tensor; all of those must be
+    pinned ones. A builtin that reads tensors where the record cannot see is refused."""
+    what = getattr(node.target, "__name__", str(node.target))
+    if node.op == "call_method":
+        if node.target in _FOLDABLE_METHODS:
+            return
+        raise Unsupported(f"Tensor.{node.target}() gives a {type(value).__name__} result that no "
+                          "guard pins (the next call may differ)")
+    args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda n: n.meta.get("example_value"))
+    if not any(isinstance(a, torch.Tensor) for a in pytree.tree_leaves((args, kwargs))):
+        return  # computed from constants (and symbolic sizes), not from a tensor's properties
+    if isinstance(node.target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        # aten ops bypass torch function modes: judged by name (aten.sym_size is Tensor.size)
+        name = node.target._qualified_op_name.split("::")[-1] if isinstance(
+            node.target, torch._ops.OpOverloadPacket) else node.target._opname
+        if name.removeprefix("sym_") in _FOLDABLE_METHODS:
+            return
+        raise Unsupported(f"aten.{name} gives a {type(value).__name__} result that no guard pins")
+    reads = _TensorReads()
+    out = tx.output
+    try:
+        with out.fake_mode, (_python_dispatcher() if out.shapes.used else contextlib.nullcontext()), reads:
+            node.target(*args, **kwargs)
+    except Exception as e:
+        raise Unsupported(f"{what} raised {type(e).__name__} while tracing: {e}") from None
+    if any(name == "is_inference" for name, _ in reads.seen):
+        _guard_inference_mode(tx)  # of an input: pinned; of a computed value: the mode's
+    unpinned = sorted({name for name, pinned in reads.seen if not pinned})
+    if unpinned:
+        raise Unsupported(f"{what} reads {', '.join(unpinned)} of a tensor, which no guard pins "
+                          "(the next call may differ)")
+    if not reads.seen and not isinstance(node.target, types.FunctionType):
+        raise Unsupported(f"{what} gives a {type(value).__name__} result computed from tensors in "
+                          "a way the guards cannot follow")
+
+
+def _python_dispatcher():
+    from torch._dispatch.python import enable_python_dispatcher
+    return enable_python_dispatcher()
+
+
+class _TensorReads(torch.overrides.TorchFunctionMode):
+    """Records ``(name, pinned)`` for each call that takes tensors (a torch function, a tensor
+    method, a property getter) and returns something other than a tensor or a symbolic size."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def __torch_function__(self, func, types_, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if out is not None and not any(_is_graph_value(v) for v in pytree.tree_leaves(out)):
+            self.seen.append(_pinned_read(func))
+        return out
+
+
+def _pinned_read(func):
+    """(name, whether what it answers is pinned) for a function seen by ``_TensorReads``."""
+    if any(func is f for f in _FOLDABLE_FUNCTIONS):
+        return func.__name__, True
+    name = getattr(func, "__name__", repr(func))
+    if name == "__get__":  # a property getter: torch.Tensor.<name>.__get__
+        name = getattr(func.__self__, "__name__", "?")
+        return name, getattr(torch.Tensor, name, None) is func.__self__ and name in _PINNED_ATTRS
+    return name, getattr(torch.Tensor, name, None) is func and name in _FOLDABLE_METHODS
 
 
 def _constant_result(value):
