@@ -452,8 +452,7 @@ def _hasattr(tx, obj, name):
 
 @handles(range)
 def _range(tx, *args):
-    cargs, _ = _constants(args, {})
-    return RangeVariable(range(*cargs))
+    return RangeVariable(fold(range, args).as_python_constant())
 
 
 @handles(enumerate)

@@ -53,8 +53,8 @@ class BaseListVariable(VariableTracker):
         if name == "__len__" and not args:
             return ConstantVariable(len(self.items))
         if name in ("index", "count") and self.is_python_constant():
-            value = [a.as_python_constant() for a in args]
-            return ConstantVariable(getattr(self.as_python_constant(), name)(*value))
+            from .builtin import fold
+            return fold(getattr(self.as_python_constant(), name), args)
         if name == "__contains__" and len(args) == 1:
             return contains(tx, self.items, args[0])
         raise Unsupported(f"{self.python_cls.__name__}.{name}")
