@@ -39,6 +39,22 @@ def reset():
     convert_frame.reset()
     output_graph.reset()  # the compiled graphs and resume functions put in user globals
     resume.reset()
+    _clear_shape_env_caches()
+
+
+def _clear_shape_env_caches():
+    """torch's ShapeEnv memoises some methods in class-level caches keyed by the instance, and
+    FakeTensorMode caches kernel results keyed by symbolic sizes: both would keep every ShapeEnv
+    (and what its facts reach) alive across resets."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+    for name in dir(ShapeEnv):
+        clear = getattr(getattr(ShapeEnv, name, None), "cache_clear", None)
+        if callable(clear):
+            clear()
+    cache = getattr(FakeTensorMode, "cache", None)  # fake-kernel results, keyed by symbolic inputs
+    if isinstance(cache, dict):
+        cache.clear()
 
 
 __all__ = ["optimize", "compile", "disable", "reset", "explain", "ExplainOutput", "run_only", "list_backends", "register_backend",

@@ -60,6 +60,7 @@ class OutputGraph:
         self.tracked_sources = {}  # source name -> the tracker made when it was first read
         self.mutable_objects = {}  # id -> (tracker, object) of lists, dicts, user objects read
         self.mutable_sources = {}  # source name -> (source, object) of those
+        self.identity_read = False  # an `is` between two of them was answered
         self.new_code = None
         self.compiled_fn_name = None
         self.graph_module = None
@@ -144,7 +145,7 @@ class OutputGraph:
         through another path), or read one object by two paths (one tracker for both)."""
         sources = list(self.mutable_sources.values())
         aliased = len({id(v) for _, v in sources}) < len(sources)
-        if len(sources) > 1 and (aliased or self.side_effects):
+        if len(sources) > 1 and (aliased or self.side_effects or self.identity_read):
             self.guards.ALIASING([s for s, _ in sources], [v for _, v in sources])
 
     # ---- finishing ----------------------------------------------------------------------------
@@ -172,6 +173,10 @@ class OutputGraph:
         result = cg.new_temp()
         cg.store_local(result)
         self.side_effects.codegen_apply(cg, saved)
+        if torch.is_grad_enabled() != self.initial_grad_mode:
+            # torch.set_grad_enabled(mode) called as a function outlives the frame; a backend
+            # that runs the graph functionally (AOTAutograd) does not leave it set
+            cg.set_grad_enabled(torch.is_grad_enabled())
         cg.load_local(result)
         cg.append_return()
         return self.finish(cg, lineno)

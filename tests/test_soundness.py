@@ -424,3 +424,93 @@ def test_isinstance_follows_the_metaclass():
     opt = pydynamo.optimize("eager")(f)
     for x in (torch.ones(1), torch.nn.Parameter(torch.ones(1))):
         assert torch.equal(opt(x, A(), {}), f(x, A(), {}))
+
+
+# ---- found by tools/fuzz.py --------------------------------------------------------------------
+
+class Klass:
+    k = 2
+
+
+def test_class_attribute_read_through_type_is_guarded():
+    o = Klass()
+
+    @pydynamo.optimize("eager")
+    def f(x):
+        return x + type(o).k
+
+    assert f(torch.zeros(1))[0] == 2
+    Klass.k = 5
+    try:
+        assert f(torch.zeros(1))[0] == 5
+    finally:
+        Klass.k = 2
+
+
+def test_identity_of_two_equal_lists_is_guarded():
+    shared = []
+    box = {"v": []}
+
+    @pydynamo.optimize("eager")
+    def f(x, c):
+        return c["v"] is shared
+
+    assert f(torch.ones(1), box) is False
+    box["v"] = shared
+    assert f(torch.ones(1), box) is True
+
+
+def test_stride_of_a_size_one_dimension_matches_eager():
+    x = torch.randn(1, 4).transpose(0, -1)
+
+    def f(x):
+        return (x + 1).stride(), (x + 1).movedim(0, -1).stride()
+
+    assert pydynamo.optimize("eager")(f)(x) == f(x)
+
+
+@pydynamo.disable
+def _grad_mode():
+    return torch.is_grad_enabled()
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_set_grad_enabled_outlives_the_frame(backend):
+    @pydynamo.optimize(backend)
+    def f(x):
+        torch.set_grad_enabled(False)
+        y = x * 2
+        torch.set_grad_enabled(True)
+        return y
+
+    prev = torch.is_grad_enabled()
+    try:
+        torch.set_grad_enabled(False)
+        f(torch.ones(2))
+        assert _grad_mode()
+    finally:
+        torch.set_grad_enabled(prev)
+
+
+def test_list_slice_with_a_float_raises_as_in_python():
+    @pydynamo.optimize("eager")
+    def f(x, lst):
+        return x, lst[0.5:]
+
+    with pytest.raises(TypeError):
+        f(torch.ones(1), [1, 2])
+
+
+def test_reset_frees_shape_envs():
+    import torch.fx.experimental.symbolic_shapes as ss
+
+    @pydynamo.optimize("eager", dynamic=True)
+    def f(x):
+        return x * 2
+
+    f(torch.ones(3))
+    f(torch.ones(4))
+    pydynamo.reset()
+    gc.collect()
+    gc.collect()  # the first pass runs finalizers that release the rest
+    assert not [o for o in gc.get_objects() if isinstance(o, ss.ShapeEnv)]

@@ -320,8 +320,17 @@ def is_same_object(tx, a, b):
         return a.module is b.module  # both guarded by ID_MATCH
     if isinstance(a, TensorVariable) and isinstance(b, TensorVariable) and a.node is b.node:
         return True
-    if a.is_python_constant() and b.is_python_constant():
-        return a.as_python_constant() is b.as_python_constant()
+    from .dicts import DictVariable
+    from .user_defined import UserDefinedObjectVariable
+    mutable = (ListVariable, DictVariable, UserDefinedObjectVariable)
+    if isinstance(a, mutable) or isinstance(b, mutable):
+        # one object is one tracker (builder.wrap_value); an object made in the trace is none of
+        # the inputs. Between inputs, the answer holds while their aliasing does: guarded.
+        if a.source is not None and b.source is not None:
+            tx.output.identity_read = True
+        return False
+    if isinstance(a, (ObjectVariable, ConstantVariable)) and isinstance(b, (ObjectVariable, ConstantVariable)):
+        return a.as_python_constant() is b.as_python_constant()  # guarded by identity, or constants
     raise Unsupported(f"identity of {a} and {b} is not known while tracing")
 
 
@@ -419,8 +428,12 @@ def _issubclass(tx, a, b):
 
 @handles(type)
 def _type(tx, obj):
+    """``type(obj)``: read from the object where it has a source, so the class's attributes the
+    trace then reads are guarded (a class attribute can change between calls)."""
     from .builder import wrap_value
-    return wrap_value(tx, obj.python_type(), None)
+    from ..source import AttrSource
+    src = AttrSource(obj.source, "__class__") if obj.source is not None else None
+    return wrap_value(tx, obj.python_type(), src)
 
 
 def _attr_name(name):

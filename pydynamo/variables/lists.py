@@ -38,9 +38,9 @@ class BaseListVariable(VariableTracker):
 
     def getitem(self, tx, index):
         key = _const_index(tx, index)
-        if isinstance(key, slice):
-            return self._new(self.items[key])
         try:
+            if isinstance(key, slice):
+                return self._new(self.items[key])
             return self.items[key]
         except (IndexError, TypeError) as e:
             raise Unsupported(f"{self.python_cls.__name__} index {key!r}: {e}") from None

@@ -116,6 +116,11 @@ class TensorVariable(VariableTracker):
             value = self._call_fake(name, args, kwargs)
             if name == "is_inference" and self._as_input(tx) is None:
                 _guard_inference_mode(tx)
+            if name == "stride" and self._as_input(tx) is None and \
+                    any(s == 1 for s in self.example_value.size() if not _has_symbols(s)):
+                # the stride of a size-1 dimension is free: fake tensors do not always pick the
+                # one eager's TensorIterator picks, so it is not known before the graph runs
+                raise Unsupported("stride() of a computed tensor with a size-1 dimension")
             if _has_symbols(value):  # numel() or stride() of a tensor with symbolic sizes
                 return tx.output.call_graph(tx, "call_method", name, (self, *args), kwargs)
             from .builder import wrap_constant
