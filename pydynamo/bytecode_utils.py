@@ -1,7 +1,8 @@
 """Everything version-specific about bytecode on the Python side (CPython 3.11 and 3.12).
 
 Reading: ``decode(code)`` turns a code object into a flat list of ``Inst`` whose jump targets are
-indices into that list (the ``bytecode`` package gives labels; we resolve them once).
+indices into that list (the ``bytecode`` package gives labels; we resolve them once), each with
+its exception table entry (``ExceptionEntry``: handler, stack depth, lasti).
 
 Writing: the ``create_*`` helpers build ``bytecode.Instr`` lists for the few call conventions
 that differ between versions (PRECALL in 3.11, the method bit of LOAD_ATTR in 3.12), and
@@ -12,6 +13,7 @@ import dataclasses
 import sys
 import functools
 import types
+import weakref
 from typing import Any, Optional
 
 import bytecode
@@ -27,28 +29,51 @@ VARARGS_FLAG = 0x04
 VARKEYWORDS_FLAG = 0x08
 
 
+@dataclasses.dataclass(frozen=True)
+class ExceptionEntry:
+    """Where an exception raised by an instruction goes (its exception table entry, as in
+    CPython's ceval.c): the stack is cut to ``depth``, the raising instruction's offset is
+    pushed if ``lasti``, then the exception, and control jumps to instruction ``target``."""
+    target: int
+    depth: int
+    lasti: bool
+
+
 @dataclasses.dataclass
 class Inst:
-    """One decoded instruction. ``target`` is the index of the jump target in the list."""
+    """One decoded instruction. ``target`` is the index of the jump target in the list,
+    ``exn`` the ExceptionEntry covering it (None: an exception leaves the frame)."""
     opname: str
     arg: Any
     lineno: Optional[int]
     index: int
     target: Optional[int] = None
+    exn: Optional[ExceptionEntry] = None
 
     def __repr__(self):
         tgt = f" -> {self.target}" if self.target is not None else ""
-        return f"{self.index}: {self.opname} {self.arg!r}{tgt} (line {self.lineno})"
+        exn = f" exn->{self.exn.target}[{self.exn.depth}]" if self.exn is not None else ""
+        return f"{self.index}: {self.opname} {self.arg!r}{tgt}{exn} (line {self.lineno})"
 
 
 def decode(code: types.CodeType) -> list:
-    """Instructions of ``code`` with label targets resolved to list indices.
+    """Instructions of ``code`` with label targets resolved to list indices and each one's
+    exception table entry (3.11+ try blocks) attached as ``exn``."""
+    return list(_decode(code))
 
-    Try blocks (3.11+ exception tables) are dropped: the translator never raises through user
-    handlers, so only the straight-line instructions matter.
-    """
-    insts, label_at, pending = [], {}, []
-    for item in Bytecode.from_code(code):
+
+_decoded = weakref.WeakKeyDictionary()  # code -> its Insts (shared: nobody changes them)
+
+
+def _decode(code):
+    if code not in _decoded:
+        _decoded[code] = _decode_uncached(code)
+    return _decoded[code]
+
+
+def _decode_uncached(code):
+    insts, label_at, pending, covered, block = [], {}, [], [], None
+    for item in Bytecode.from_code(code, conserve_exception_block_stackdepth=True):
         if isinstance(item, Label):
             label_at[id(item)] = len(insts)
         elif isinstance(item, Instr):
@@ -56,12 +81,20 @@ def decode(code: types.CodeType) -> list:
             inst = Inst(item.name, arg, item.lineno, len(insts))
             if isinstance(arg, Label):
                 pending.append(inst)
+            if block is not None:
+                covered.append((inst, block))
             insts.append(inst)
-        # TryBegin / TryEnd / SetLineno carry nothing the translator uses
+        elif isinstance(item, bytecode.TryBegin):
+            block = item
+        elif isinstance(item, bytecode.TryEnd):
+            block = None
+        # SetLineno carries nothing the translator uses
     for inst in pending:
         inst.target = label_at[id(inst.arg)]
         inst.arg = None
-    return insts
+    for inst, block in covered:
+        inst.exn = ExceptionEntry(label_at[id(block.target)], block.stack_depth, block.push_lasti)
+    return tuple(insts)
 
 
 def argument_names(code: types.CodeType) -> tuple:
@@ -339,41 +372,27 @@ def successors(inst, n) -> list:
 
 def exception_handlers(code: types.CodeType) -> list:
     """Indices (as in ``decode``) of the instructions exception handlers start at."""
-    index, label_at, targets = 0, {}, []
-    for item in Bytecode.from_code(code):
-        if isinstance(item, Label):
-            label_at[id(item)] = index
-        elif isinstance(item, Instr):
-            index += 1
-        elif isinstance(item, bytecode.TryBegin):
-            targets.append(item.target)
-    return sorted({label_at[id(t)] for t in targets if id(t) in label_at})
+    return sorted({i.exn.target for i in _decode(code) if i.exn is not None})
 
 
 def handler_of(code: types.CodeType) -> list:
     """For each instruction index (as in ``decode``), the index of the instruction where an
     exception raised there is handled (the exception table's innermost entry), or None."""
-    out, index, label_at, current = [], 0, {}, None
-    items = list(Bytecode.from_code(code))
-    for item in items:
-        if isinstance(item, Label):
-            label_at[id(item)] = index
-        elif isinstance(item, Instr):
-            index += 1
-    for item in items:
-        if isinstance(item, bytecode.TryBegin):
-            current = label_at.get(id(item.target))
-        elif isinstance(item, bytecode.TryEnd):
-            current = None
-        elif isinstance(item, Instr):
-            out.append(current)
-    return out
+    return [i.exn.target if i.exn is not None else None for i in _decode(code)]
 
 
 # Handler instructions that only tidy the stack or locals before re-raising (the cleanup of an
 # `except` body, 3.12's inlined comprehensions): they run no user code.
 _CLEANUP_OPS = {"COPY", "SWAP", "POP_TOP", "POP_EXCEPT", "STORE_FAST", "LOAD_FAST", "LOAD_CONST",
                 "NOP", "RERAISE"}
+
+
+def _tidies(inst):
+    """Part of a handler that re-raises unchanged: stack and locals tidying, and 3.12's
+    generator-wide handler (which only turns StopIteration into RuntimeError)."""
+    if inst.opname == "CALL_INTRINSIC_1":
+        return intrinsic_name(inst) == "INTRINSIC_STOPITERATION_ERROR"
+    return inst.opname in _CLEANUP_OPS
 
 
 @functools.lru_cache(maxsize=256)
@@ -398,8 +417,10 @@ def exception_exits(code: types.CodeType) -> tuple:
             # WITH_EXCEPT_START; POP_JUMP_IF_TRUE (suppressed); RERAISE 2 (not suppressed)
             while h < len(insts) and insts[h].opname != "RERAISE":
                 h += 1
+        elif insts[h].opname == "CLEANUP_THROW":
+            pass  # `yield from`: anything but StopIteration goes on from CLEANUP_THROW itself
         else:
-            while h < len(insts) and insts[h].opname in _CLEANUP_OPS and insts[h].opname != "RERAISE":
+            while h < len(insts) and _tidies(insts[h]) and insts[h].opname != "RERAISE":
                 h += 1
             if h >= len(insts) or insts[h].opname != "RERAISE":
                 return None

@@ -28,6 +28,8 @@ class PyCodegen:
     def __call__(self, var):
         from .variables.dicts import DictVariable
         from .variables.lists import ListVariable
+        from .variables.sets import SetVariable
+        from .variables.stdlib import SpecInstanceVariable
         from .variables.sym import SymNodeVariable
         from .variables.tensor import TensorVariable
         if id(var) in self._temps:
@@ -35,8 +37,12 @@ class PyCodegen:
         if isinstance(var, (TensorVariable, SymNodeVariable)):
             return self._tensor(var)
         var.reconstruct(self)
-        if isinstance(var, (ListVariable, DictVariable)) and var.source is None:
-            # a container built here: keep it, so aliases in the result stay one object
+        from .variables.base import CellVariable
+        from .variables.exceptions import ExceptionVariable
+        from .variables.functions import NestedUserFunctionVariable
+        if isinstance(var, (ListVariable, DictVariable, SetVariable, CellVariable, ExceptionVariable,
+                            NestedUserFunctionVariable, SpecInstanceVariable)) and var.source is None:
+            # an object built here: keep it, so aliases in the result stay one object
             name = self.new_temp()
             self.append(bu.create_instruction("COPY", 1), bu.create_store_local(name))
             self._temps[id(var)] = name

@@ -19,6 +19,8 @@ _PYDYNAMO_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 _STDLIB_DIRS = tuple({os.path.abspath(sysconfig.get_paths()[k]) + os.sep for k in ("stdlib", "platstdlib")})
 _SKIP_PREFIXES = (_PYDYNAMO_DIR, _TORCH_DIR) + _STDLIB_DIRS
+# site-packages usually lies inside the standard library's directory: its packages are user code
+_SITE_DIRS = tuple({os.path.abspath(sysconfig.get_paths()[k]) + os.sep for k in ("purelib", "platlib")})
 
 # Code objects whose cache-size-limit warning was given (weakly held: codes die with their functions).
 _warned_limit = weakref.WeakSet()
@@ -46,7 +48,9 @@ def skip_reason(code):
     filename = code.co_filename
     if filename.startswith("<") and filename not in ("<string>", "<stdin>"):
         return f"generated code ({filename})"
-    if os.path.abspath(filename).startswith(_SKIP_PREFIXES):
+    path = os.path.abspath(filename)
+    if path.startswith((_PYDYNAMO_DIR, _TORCH_DIR)) or (
+            path.startswith(_STDLIB_DIRS) and not path.startswith(_SITE_DIRS)):
         return "library code (torch, the standard library or pydynamo)"
     return None
 

@@ -14,7 +14,11 @@ The subclasses name the cause, so tests and users can catch one kind:
         SideEffectError           I/O or mutation we do not replay: print(), a nonlocal store
         DisabledFunctionError     a call to a function decorated with pydynamo.disable
         UnmodelledCallError       a C / library function (or class) the tracer does not model
-        UnsupportedOpcodeError    an opcode the translator does not implement (try/raise/import...)
+        UnsupportedOpcodeError    an opcode the translator does not implement (async, class bodies...)
+        ExceptionRaised           the traced code raises an exception here, for sure: the tracer
+                                  unwinds to a handler of the trace (try/except/finally/with) if
+                                  one catches it; anything else treats it as a graph break, so
+                                  Python raises it natively
       BackendCompilerFailed       the backend raised
 """
 import linecache
@@ -77,6 +81,25 @@ class UnmodelledCallError(Unsupported):
 
 class UnsupportedOpcodeError(Unsupported):
     hint = "move this statement out of the compiled region"
+
+
+class ExceptionRaised(Unsupported):
+    """The traced program raises ``var`` (an ExceptionVariable) at this point, for sure: a
+    ``raise`` statement, or an operation whose model knows Python raises here (a dict lookup
+    of a missing constant key...). Only values known at trace time may decide that; an op of
+    the graph is never assumed to raise, nor not to raise, at run time."""
+
+    def __init__(self, var, fresh=True):
+        super().__init__(f"raising {var.describe()}")
+        self.var = var
+        self.fresh = fresh  # a new raise (not RERAISE / a bare `raise`)
+
+    def opaque(self, where):
+        """This exception reaching code of ours that Python would run in C (a model of a
+        builtin calling a generator, say): not simulated further, it breaks the graph."""
+        out = Unsupported(f"{self.reason} inside {where}")
+        out.user_stack = list(self.user_stack)
+        return out
 
 
 class BackendCompilerFailed(PydynamoError):

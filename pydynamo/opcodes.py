@@ -8,7 +8,7 @@ import inspect
 import operator
 
 from . import bytecode_utils as bu
-from .exc import SideEffectError, Unsupported
+from .exc import ExceptionRaised, SideEffectError, Unsupported
 from .source import GlobalSource
 from .variables.base import NULL, CellVariable, NullVariable
 from .variables.builder import wrap_constant
@@ -16,42 +16,28 @@ from .variables.builtin import call_builtin
 from .variables.constant import ConstantVariable
 from .variables.ctx import GradModeVariable, WithExitVariable
 from .variables.dicts import DictVariable
-from .variables.functions import NestedUserFunctionVariable
+from .variables.exceptions import (ExceptionClassVariable, ExceptionVariable, as_exception,
+                                  exception_matches)
+from .variables.functions import (GeneratorVariable, NestedUserFunctionVariable, UserFunctionVariable,
+                                  UserMethodVariable, next_item)
 from .variables.lists import ListVariable, SliceVariable, TupleVariable
+from .variables.sets import SetVariable
+from .variables.objects import UserContextExit, UserDefinedObjectVariable
 from .variables.user_defined import SuperVariable
 
 UNSUPPORTED = {
-    "RAISE_VARARGS": "raising an exception",
-    "RERAISE": "exception handling",
-    "PUSH_EXC_INFO": "exception handling",
-    "POP_EXCEPT": "exception handling",
-    "CHECK_EXC_MATCH": "exception handling",
     "CHECK_EG_MATCH": "exception groups",
-    "CLEANUP_THROW": "generators",
-    "LOAD_ASSERTION_ERROR": "a failing assert",
-    "SEND": "generators and coroutines",
+    "CLEANUP_THROW": "throwing into a generator",
     "GET_AWAITABLE": "coroutines",
     "GET_AITER": "async iteration",
     "GET_ANEXT": "async iteration",
     "END_ASYNC_FOR": "async iteration",
     "BEFORE_ASYNC_WITH": "async with",
-    "GET_YIELD_FROM_ITER": "yield from",
-    "IMPORT_NAME": "import statements inside compiled code",
-    "IMPORT_FROM": "import statements inside compiled code",
     "IMPORT_STAR": "import statements inside compiled code",
     "DELETE_GLOBAL": "deleting a global (a side effect)",
-    "DELETE_ATTR": "attribute deletion (a side effect)",
     "DELETE_DEREF": "deleting a closure variable",
     "LOAD_BUILD_CLASS": "class definitions inside compiled code",
     "SETUP_ANNOTATIONS": "annotations",
-    "BUILD_SET": "sets (not supported yet)",
-    "SET_ADD": "sets (not supported yet)",
-    "SET_UPDATE": "sets (not supported yet)",
-    "MATCH_CLASS": "match statements",
-    "MATCH_MAPPING": "match statements",
-    "MATCH_SEQUENCE": "match statements",
-    "MATCH_KEYS": "match statements",
-    "GET_LEN": "match statements",
     "PRINT_EXPR": "interactive mode",
     "LOAD_LOCALS": "class bodies",
     "LOAD_CLASSDEREF": "class bodies",
@@ -79,15 +65,20 @@ _COMPARE = {"LT": operator.lt, "LE": operator.le, "EQ": operator.eq, "NE": opera
             "GT": operator.gt, "GE": operator.ge}
 
 
-def check_attr_store(obj, name, value):
-    """Attribute stores we replay: plain attributes of pre-existing user objects and modules."""
-    from .variables.nn_module import NNModuleVariable
-    from .variables.user_defined import UserDefinedObjectVariable
+def store_attr(tx, obj, name, value):
+    """``obj.name = value``: a user object follows Python's protocol (objects.py); a module's
+    plain attribute store is replayed (STORE_ATTR); anything else is refused."""
     if isinstance(obj, UserDefinedObjectVariable):
-        cls = type(obj.value)
-        plain = cls.__setattr__ is object.__setattr__ and not hasattr(
-            inspect.getattr_static(cls, name, None), "__set__")
-    elif isinstance(obj, NNModuleVariable):
+        return obj.store_attr(tx, name, value)
+    check_attr_store(obj, name, value)
+    tx.output.side_effects.store_attr(obj, name, value)
+    return ConstantVariable(None)
+
+
+def check_attr_store(obj, name, value):
+    """Attribute stores we replay on modules: plain attributes of pre-existing ones."""
+    from .variables.nn_module import NNModuleVariable
+    if isinstance(obj, NNModuleVariable):
         mod = obj.module
         plain = not any(name in mod.__dict__.get(t, {}) for t in ("_parameters", "_buffers", "_modules")) \
             and not isinstance(value, NNModuleVariable) and not hasattr(
@@ -202,8 +193,13 @@ class OpcodeHandlers:
 
     def STORE_ATTR(self, inst):
         obj, value = self.pop(), self.pop()
-        check_attr_store(obj, inst.arg, value)
-        self.output.side_effects.store_attr(obj, inst.arg, value)
+        store_attr(self, obj, inst.arg, value)
+
+    def DELETE_ATTR(self, inst):
+        obj = self.pop()
+        if not isinstance(obj, UserDefinedObjectVariable):
+            raise SideEffectError(f"deletion of attribute {inst.arg!r} of {obj}")
+        obj.delete_attr(self, inst.arg)
 
     def STORE_GLOBAL(self, inst):
         value = self.pop()
@@ -253,6 +249,11 @@ class OpcodeHandlers:
             return self.UNARY_POSITIVE(inst)
         if name == "INTRINSIC_LIST_TO_TUPLE":
             return self.LIST_TO_TUPLE(inst)
+        if name == "INTRINSIC_STOPITERATION_ERROR":  # 3.12 generators: others pass unchanged
+            if issubclass(self.stack[-1].python_type(), (StopIteration, StopAsyncIteration)):
+                raise Unsupported("StopIteration raised inside a generator (Python turns it "
+                                  "into a RuntimeError)")
+            return
         raise Unsupported(f"CALL_INTRINSIC_1 {name}")
 
     # ---- subscripts ---------------------------------------------------------------------------
@@ -297,6 +298,9 @@ class OpcodeHandlers:
         values = self.popn(inst.arg)
         self.push(DictVariable(dict(zip(keys, values))))
 
+    def BUILD_SET(self, inst):
+        self.push(SetVariable.build(self, self.popn(inst.arg)))
+
     def BUILD_SLICE(self, inst):
         parts = self.popn(inst.arg)
         if len(parts) == 2:
@@ -311,6 +315,8 @@ class OpcodeHandlers:
         flags = inst.arg
         spec = self.pop().as_python_constant() if flags & 0x04 else ""
         value = self.pop()
+        if hasattr(value, "as_string") and not spec and flags & 0x03 in (0, 1, 2):
+            return self.push(value.as_string(repr if flags & 0x03 == 2 else str))  # f"{exc}"
         if not value.is_python_constant():
             raise Unsupported(f"formatting {value} into a string")
         v = value.as_python_constant()
@@ -327,6 +333,14 @@ class OpcodeHandlers:
 
     def LIST_TO_TUPLE(self, inst):
         self.push(TupleVariable(self.pop().unpack_var_sequence(self)))
+
+    def SET_ADD(self, inst):
+        value = self.pop()
+        self.stack[-inst.arg].call_method(self, "add", [value], {})
+
+    def SET_UPDATE(self, inst):
+        value = self.pop()
+        self.stack[-inst.arg].call_method(self, "update", [value], {})
 
     def MAP_ADD(self, inst):
         value, key = self.pop(), self.pop()
@@ -363,12 +377,11 @@ class OpcodeHandlers:
         code = self.pop().as_python_constant()
         flags = inst.arg
         closure = self.pop() if flags & 0x08 else None
-        if flags & 0x04:
-            self.pop()  # annotations do not change what the function computes
+        annotations = self.pop() if flags & 0x04 else None
         kwdefaults = self.pop() if flags & 0x02 else None
         defaults = self.pop() if flags & 0x01 else None
         self.push(NestedUserFunctionVariable(code, self.f_globals, self.globals_source,
-                                             defaults, kwdefaults, closure))
+                                             defaults, kwdefaults, closure, annotations))
 
     def CALL(self, inst):
         args = self.popn(inst.arg)
@@ -383,7 +396,7 @@ class OpcodeHandlers:
             kwargs = dict(zip(self.kw_names, args[len(args) - n:]))
             args = args[:len(args) - n]
             self.kw_names = ()
-        self.push(self.call_function(fn, args, kwargs))
+        self.push(self.call_from_opcode(fn, args, kwargs))
 
     def CALL_FUNCTION_EX(self, inst):
         kwargs_var = self.pop() if inst.arg & 0x01 else None
@@ -396,7 +409,18 @@ class OpcodeHandlers:
             if not isinstance(kwargs_var, DictVariable):
                 raise Unsupported(f"**{kwargs_var} in a call")
             kwargs = dict(kwargs_var.items)
-        self.push(self.call_function(fn, args, kwargs))
+        self.push(self.call_from_opcode(fn, args, kwargs))
+
+    def call_from_opcode(self, fn, args, kwargs):
+        """A call made by CALL: where the callee is a Python function (or a module's forward),
+        what it raises reaches this frame unchanged (see inline_call)."""
+        from .variables.nn_module import NNModuleVariable
+        self.transparent_call = isinstance(fn, (UserFunctionVariable, UserMethodVariable,
+                                                NestedUserFunctionVariable, NNModuleVariable))
+        try:
+            return self.call_function(fn, args, kwargs)
+        finally:
+            self.transparent_call = False
 
     def RETURN_VALUE(self, inst):
         self.return_value(self.pop())
@@ -411,14 +435,133 @@ class OpcodeHandlers:
         self.push(ConstantVariable(None))  # the value sent in when resumed: next() sends None
         self.yield_value(value)
 
+    def GET_YIELD_FROM_ITER(self, inst):
+        if not isinstance(self.stack[-1], GeneratorVariable):
+            self.push(call_builtin(self, iter, [self.pop()], {}, from_opcode=True))
+
+    def SEND(self, inst):
+        """``yield from``: the next item of the receiver, or, once it is exhausted, what it
+        returned, jumping past the loop (3.11 replaces the receiver with it; 3.12 pushes it for
+        END_SEND)."""
+        value, receiver = self.pop(), self.stack[-1]
+        if not self._is_none(value) or not hasattr(receiver, "next_item"):
+            raise Unsupported(f"sending {value} into {receiver}")
+        item = next_item(self, receiver)
+        if item is not None:
+            return self.push(item)
+        result = receiver.return_value() if isinstance(receiver, GeneratorVariable) else ConstantVariable(None)
+        if bu.PY311:
+            self.stack[-1] = result
+        else:
+            self.push(result)
+        self.jump_to(inst.target)
+
+    def END_SEND(self, inst):
+        value = self.pop()
+        self.pop()
+        self.push(value)
+
+    # ---- exceptions (unwinding: TranslatorBase.handle_exception) ------------------------------
+
+    def RAISE_VARARGS(self, inst):
+        if inst.arg == 0:  # a bare `raise`: the exception being handled, as it is
+            exc = self.current_exception()
+            if not isinstance(exc, ExceptionVariable):
+                raise Unsupported("a bare `raise` while no exception of the trace is handled")
+            raise ExceptionRaised(exc, fresh=False)
+        cause = self.pop() if inst.arg == 2 else None
+        exc = as_exception(self, self.pop())
+        if inst.arg == 2:  # raise exc from cause: a class is instantiated, None clears it
+            exc.cause = None if self._is_none(cause) else as_exception(self, cause, "raise ... from")
+            exc.suppress_context = True
+        raise ExceptionRaised(exc)
+
+    def RERAISE(self, inst):
+        exc = self.pop()
+        if not isinstance(exc, ExceptionVariable):
+            raise Unsupported(f"re-raising {exc}")
+        raise ExceptionRaised(exc, fresh=False)
+
+    def PUSH_EXC_INFO(self, inst):
+        exc, owner = self.pop(), self.exc_owner()
+        self.push(owner.exc_value if owner.exc_value is not None else ConstantVariable(None))
+        self.push(exc)
+        owner.exc_value = exc
+
+    def POP_EXCEPT(self, inst):
+        self.exc_owner().exc_value = self.pop()
+
+    def CHECK_EXC_MATCH(self, inst):
+        spec = self.pop().as_python_constant()
+        self.push(ConstantVariable(exception_matches(self.stack[-1], spec)))
+
+    def LOAD_ASSERTION_ERROR(self, inst):
+        self.push(ExceptionClassVariable(AssertionError))
+
+    def WITH_EXCEPT_START(self, inst):
+        """A `with` block left by an exception: ``__exit__(type, exc, tb)`` under
+        [exit, lasti, previous exc_info, exc]. Grad-mode blocks restore the mode and return
+        None (the exception goes on); other context managers would see a traceback: refused."""
+        exit_fn = self.stack[-4]
+        if not (isinstance(exit_fn, WithExitVariable) and isinstance(exit_fn.ctx, GradModeVariable)):
+            raise Unsupported(f"a `with` block on {exit_fn} left by an exception")
+        self.push(exit_fn.ctx.exit(self))
+
     # ---- with ---------------------------------------------------------------------------------
 
     def BEFORE_WITH(self, inst):
         ctx = self.pop()
+        if isinstance(ctx, UserDefinedObjectVariable):  # special methods, looked up on the type
+            enter, exit_ = ctx.special_method(self, "__enter__"), ctx.special_method(self, "__exit__")
+            if enter is None or exit_ is None:
+                raise Unsupported(f"TypeError: {ctx} does not support the context manager protocol")
+            self.push(UserContextExit(exit_))
+            return self.push(enter.call_function(self, [], {}))
         if not isinstance(ctx, GradModeVariable):
             raise Unsupported(f"`with` on {ctx} (only torch grad-mode context managers)")
         self.push(WithExitVariable(ctx))
         self.push(ctx.enter(self))
+
+    # ---- match statements ---------------------------------------------------------------------
+
+    def GET_LEN(self, inst):
+        self.push(call_builtin(self, len, [self.stack[-1]], {}, from_opcode=True))
+
+    def MATCH_MAPPING(self, inst):
+        self.push(ConstantVariable(bool(_type_flags(self.stack[-1]) & _TPFLAGS_MAPPING)))
+
+    def MATCH_SEQUENCE(self, inst):
+        self.push(ConstantVariable(bool(_type_flags(self.stack[-1]) & _TPFLAGS_SEQUENCE)))
+
+    def MATCH_KEYS(self, inst):
+        """The values of the pattern's keys in the subject (a dict), or None if one is missing."""
+        keys, subject = self.stack[-1].as_python_constant(), self.stack[-2]
+        if not isinstance(subject, DictVariable) or subject.python_type() is not dict:
+            raise Unsupported(f"a mapping pattern on {subject}")
+        if len(set(keys)) != len(keys):
+            raise Unsupported(f"ValueError: mapping pattern checks duplicate key ({keys!r})")
+        if not all(k in subject.items for k in keys):
+            return self.push(ConstantVariable(None))
+        self.push(TupleVariable([subject.items[k] for k in keys]))
+
+    def MATCH_CLASS(self, inst):
+        names = self.pop().as_python_constant()
+        cls, subject = self.pop(), self.pop()
+        self.push(_match_class(self, subject, cls, inst.arg, names))
+
+    # ---- imports ------------------------------------------------------------------------------
+
+    def IMPORT_NAME(self, inst):
+        fromlist, level = self.pop().as_python_constant(), self.pop().as_python_constant()
+        self.push(_import_module(self, inst.arg, fromlist, level))
+
+    def IMPORT_FROM(self, inst):
+        from .variables.user_defined import PythonModuleVariable
+        module = self.stack[-1]
+        if not isinstance(module, PythonModuleVariable) or inst.arg not in vars(module.value):
+            raise Unsupported(f"from-import of {inst.arg!r}, not an attribute of {module} yet "
+                              "(it would import a submodule)")
+        self.push(self.getattr(module, inst.arg))
 
     # ---- iteration ----------------------------------------------------------------------------
 
@@ -428,7 +571,7 @@ class OpcodeHandlers:
     def FOR_ITER(self, inst):
         if not hasattr(self.stack[-1], "next_item"):
             raise Unsupported(f"iteration over {self.stack[-1]}")
-        item = self.stack[-1].next_item(self)
+        item = next_item(self, self.stack[-1])
         if item is not None:
             return self.push(item)
         self.pop()
@@ -485,3 +628,110 @@ class OpcodeHandlers:
             self.jump_to(inst.target)
         else:
             self.pop()
+
+
+# ---- match statements: CPython's type flags and match_class (ceval.c) ----------------------------
+
+_TPFLAGS_SEQUENCE, _TPFLAGS_MAPPING, _TPFLAGS_MATCH_SELF = 1 << 5, 1 << 6, 1 << 22
+
+
+def _type_flags(var):
+    cls = var.python_type()
+    return cls.__flags__ if isinstance(cls, type) else 0
+
+
+def _match_class(tx, subject, cls_var, nargs, names):
+    """``case cls(*positional, **keywords)``: the subject's attributes in pattern order, or
+    None where the subject is not an instance or lacks one (an AttributeError in CPython)."""
+    from .variables.builtin import has_attr
+    cls = cls_var.as_python_constant()
+    if not isinstance(cls, type):
+        raise Unsupported(f"TypeError: called match pattern must be a class, not {cls!r}")
+    if not call_builtin(tx, isinstance, [subject, cls_var], {}).as_python_constant():
+        return ConstantVariable(None)
+    attrs, wanted = [], list(names)
+    if nargs:
+        if has_attr(tx, cls_var, "__match_args__"):
+            match_args = tx.getattr(cls_var, "__match_args__").as_python_constant()
+            if type(match_args) is not tuple or not all(type(n) is str for n in match_args):
+                raise Unsupported(f"TypeError: {cls.__name__}.__match_args__ must be a tuple of str")
+            match_self = False
+        else:
+            match_args, match_self = (), bool(cls.__flags__ & _TPFLAGS_MATCH_SELF)
+        if (1 if match_self else len(match_args)) < nargs:
+            raise Unsupported(f"TypeError: {cls.__name__}() accepts fewer positional sub-patterns "
+                              f"than {nargs}")
+        if match_self:
+            attrs.append(subject)
+        else:
+            wanted = list(match_args[:nargs]) + wanted
+    if len(set(wanted)) != len(wanted):
+        raise Unsupported(f"TypeError: {cls.__name__}() got multiple sub-patterns for an attribute")
+    for name in wanted:
+        if not has_attr(tx, subject, name):
+            return ConstantVariable(None)
+        attrs.append(tx.getattr(subject, name))
+    return TupleVariable(attrs)
+
+
+# ---- imports --------------------------------------------------------------------------------------
+
+class _ImportedModule:
+    """Guard: ``sys.modules[name]`` is still the module the trace imported (so `import` there
+    would run no import code and give the same module)."""
+
+    def __init__(self, name, module):
+        import weakref
+        self.name, self.ref = name, weakref.ref(module)
+
+    def __call__(self):
+        import sys
+        module = self.ref()
+        return module is not None and sys.modules.get(self.name) is module
+
+
+def _import_module(tx, name, fromlist, level):
+    """What IMPORT_NAME gives for a module already imported (PyImport_ImportModuleLevelObject):
+    the module itself with a from-list, else the top package of a dotted name. The module is
+    read from sys.modules, guarded by identity there, and reached by guards and generated code
+    through a global ``__import_<name>`` installed in the frame's globals. Anything that would
+    run the import system (a module not imported, or being imported; a from-list naming a
+    submodule not yet an attribute; a replaced ``__import__``) is refused."""
+    import builtins
+    import sys
+    from .output_graph import install_global
+    from .source import BuiltinSource
+    from .variables.builder import wrap_value
+    root = tx
+    while getattr(root, "parent", None) is not None:
+        root = root.parent
+    if tx.f_builtins is not root.f_builtins or tx.f_builtins.get("__import__") is not builtins.__import__:
+        raise Unsupported("import with a replaced __import__")
+    tx.output.guards.ID_MATCH(BuiltinSource("__import__"), builtins.__import__)
+    abs_name = name
+    if level:
+        package = tx.f_globals.get("__package__")
+        if not isinstance(package, str) or not package or package.count(".") < level - 1:
+            raise Unsupported(f"relative import of {name!r} outside a package")
+        if tx.globals_source is not None:
+            tx.output.guards.EQUALS_MATCH(tx.globals_source("__package__"), package)
+        base = package.rsplit(".", level - 1)[0]
+        abs_name = f"{base}.{name}" if name else base
+    module = sys.modules.get(abs_name)
+    if module is None or getattr(getattr(module, "__spec__", None), "_initializing", False):
+        raise Unsupported(f"import of {abs_name!r}, which is not imported yet")
+    result_name = abs_name
+    if not fromlist and "." in name:  # `import a.b` binds `a`
+        front = name.partition(".")[0]
+        result_name = front if not level else abs_name[:len(abs_name) - len(name) + len(front)]
+    result = sys.modules.get(result_name)
+    if result is None:
+        raise Unsupported(f"import of {result_name!r}, which is not imported yet")
+    for n in {abs_name, result_name}:
+        m = sys.modules[n]
+        tx.output.guards.PREDICATE(None, _ImportedModule(n, m), f"sys.modules[{n!r}] is {m!r}")
+    gname = "__import_" + result_name.replace(".", "_dot_")
+    globals_ = tx.root_globals()
+    if globals_.get(gname) is not result:
+        install_global(globals_, gname, result)
+    return wrap_value(tx, result, GlobalSource(gname))

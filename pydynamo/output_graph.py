@@ -60,6 +60,8 @@ class OutputGraph:
         self.tracked_sources = {}  # source name -> the tracker made when it was first read
         self.mutable_objects = {}  # id -> (tracker, object) of lists, dicts, user objects read
         self.mutable_sources = {}  # source name -> (source, object) of those
+        self.closure_cells = {}  # id(cell) -> CellVariable of the closure cells read (functions.py)
+        self.generators = []  # translators of the generators made in the trace
         self.identity_read = False  # an `is` between two of them was answered
         self.new_code = None
         self.compiled_fn_name = None
@@ -311,7 +313,9 @@ def walk_values(values):
     """Every tracker reachable from ``values`` through containers."""
     from .variables.base import GetAttrVariable
     from .variables.dicts import DictVariable, DictViewVariable
-    from .variables.functions import UserMethodVariable
+    from .variables.base import CellVariable
+    from .variables.exceptions import ExceptionVariable
+    from .variables.functions import NestedUserFunctionVariable, UserMethodVariable
     from .variables.lists import BaseListVariable, ListIteratorVariable
     stack, seen = list(values), set()
     while stack:
@@ -328,6 +332,14 @@ def walk_values(values):
             stack.append(var.dict_var)
         elif isinstance(var, (GetAttrVariable, UserMethodVariable)):
             stack.append(var.obj)
+        elif hasattr(var, "nested_values"):  # user objects (objects.py)
+            stack.extend(var.nested_values())
+        elif isinstance(var, NestedUserFunctionVariable):
+            stack.extend([*var.defaults, *var.kwdefaults.values(), *var.closure])
+        elif isinstance(var, CellVariable) and var.contents is not None:
+            stack.append(var.contents)
+        elif isinstance(var, ExceptionVariable):
+            stack.extend([*var.args, *(v for v in (var.cause, var.context) if v is not None)])
 
 
 def _log_output(output):

@@ -73,8 +73,25 @@ def _liveness(code):
 
 
 def live_locals(code, index):
-    """Locals whose values the code from instruction ``index`` on may read."""
-    return _liveness(code)[index]
+    """Locals whose values the code from instruction ``index`` on may read. A method using
+    zero-argument ``super()`` reads its first argument implicitly (CPython's super reads the
+    frame's first local slot): it stays live, and becomes the resume function's first argument
+    (``super_argument``)."""
+    live = _liveness(code)[index]
+    first = _super_first_argument(code)
+    return live | {first} if first is not None else live
+
+
+def _super_first_argument(code):
+    if "__class__" in code.co_freevars and code.co_argcount + code.co_kwonlyargcount:
+        return code.co_varnames[0]
+    return None
+
+
+def super_argument(code, live):
+    """The live local that must be the resume function's first argument, or None."""
+    first = _super_first_argument(code)
+    return first if first in live else None
 
 
 def _stack_prologue(shape, live, lineno):
@@ -123,6 +140,10 @@ def _make_resume_code(code, index, shape, live):
         body.append(item)
     argnames = [f"___stack{i}" for i, s in enumerate(shape) if s in ("value", "iter")]
     argnames += [name for name in live if isinstance(name, str)]
+    first = super_argument(code, live)
+    if first is not None:  # zero-argument super() reads the first local slot
+        argnames.remove(first)
+        argnames.insert(0, first)
     name = f"resume_in_{code.co_name}_at_{lineno}"
     new = bu.new_code(code, argnames, body, name, name)
     _origins[new] = (code, index_map)

@@ -2,14 +2,22 @@
 the generated code, in the order they were first made: before each graph break (the code that
 runs natively must see them) and before returning.
 
-Three kinds, each keyed by what it changes, so a later change of the same thing replaces the
+Each kind is keyed by what it changes, so a later change of the same thing replaces the
 earlier one (only the final state is observable):
 
 * the contents of a pre-existing list or dict (``lst.append(x)``, ``d[k] = v``): the new
   contents are rebuilt and written back into the same object (``lst[:] = new``,
   ``d.clear(); d.update(new)``), so every alias sees them;
-* an attribute of a pre-existing object or module (``obj.count += 1``): ``STORE_ATTR``;
-* a global of the frame's module (``global G; G = x``): ``STORE_GLOBAL``.
+* an attribute of a pre-existing module (``self.count += 1``): ``STORE_ATTR``;
+* an instance-dict entry or slot of a pre-existing user object (``obj.x = v``, ``del obj.x``,
+  whatever Python ``__setattr__`` or property setter led there): its final state, written into
+  the instance dict itself (or through the slot's member descriptor): the trace already ran the
+  class's own ``__setattr__``, the replay is the raw write it ended in. The state lives in the
+  object's tracker (``attrs`` / ``slots``), where the trace reads it back;
+* a global of the frame's module (``global G; G = x``): ``STORE_GLOBAL``;
+* a call whose only effect is outside the program (logging, warnings): the call itself;
+* a closure cell of a function that existed before the frame (``nonlocal n; n += 1``):
+  ``STORE_DEREF`` for the frame's own cells, ``cell.cell_contents = x`` for others.
 
 The trace reads its own writes: ``load_attr`` / ``load_global`` answer with the stored tracker.
 All new values are built before any is written, since a write may change what a Source reads.
@@ -38,10 +46,26 @@ class SideEffects:
         self._effects.pop(key, None)  # replayed in the order of the last store
         self._effects[key] = ("attr", obj, value, name)
 
+    def store_object_attr(self, obj, name, slot):
+        """``obj.attrs[name]`` (or ``obj.slots``) was written: replay its final state, in the
+        order each name was first written (the instance dict's key order)."""
+        self._effects.setdefault(("objattr", id(obj), name, slot), ("objattr", obj, name, slot))
+
     def store_global(self, name, value):
         key = ("global", name)
         self._effects.pop(key, None)
         self._effects[key] = ("global", name, value)
+
+    def store_cell(self, cell, value):
+        """``nonlocal x; x = value`` into a closure cell that existed before the frame."""
+        key = ("cell", cell.source.name())
+        self._effects.pop(key, None)
+        self._effects[key] = ("cell", cell, value)
+
+    def record_call(self, call):
+        """A call whose only effect is outside the program's values (logging, warnings; see
+        variables/deferred.py): replayed once, in order with the other effects."""
+        self._effects[("call", id(call))] = ("call", call, call.values)
 
     def load_attr(self, obj, name):
         if obj.source is None:
@@ -61,6 +85,8 @@ class SideEffects:
         for effect in self._effects.values():
             if effect[0] == "contents":
                 out.append(effect[1])
+            elif effect[0] == "objattr":
+                out.extend(v for v in [_object_attr(effect)] if v is not None)
             else:
                 out.append(effect[2])
         return out
@@ -72,6 +98,11 @@ class SideEffects:
             temp = cg.new_temp()
             if effect[0] == "contents":
                 _build_contents(cg, effect[1])
+            elif effect[0] == "objattr":
+                if _object_attr(effect) is None:  # deleted: nothing to build
+                    saved.append((effect, None))
+                    continue
+                cg(_object_attr(effect))
             else:
                 cg(effect[2])
             cg.store_local(temp)
@@ -87,6 +118,13 @@ class SideEffects:
                 cg.load_local(temp)
                 effect[1].source.reconstruct(cg)
                 cg.append(bu.create_instruction("STORE_ATTR", effect[3]))
+            elif kind == "objattr":
+                _replay_object_attr(cg, effect, temp)
+            elif kind == "cell":
+                cg.load_local(temp)
+                effect[1].codegen_store(cg)
+            elif kind == "call":
+                effect[1].codegen_replay(cg, temp)
             else:
                 cg.load_local(temp)
                 cg.append(bu.create_instruction("STORE_GLOBAL", effect[1]))
@@ -105,12 +143,13 @@ def _build_contents(cg, var):
 def _replay_contents(cg, var, temp):
     """Make the pre-existing container ``var.source`` hold what the trace left in it."""
     from .variables.dicts import DictVariable
-    if isinstance(var, DictVariable):
+    from .variables.lists import DequeVariable
+    if isinstance(var, (DictVariable, DequeVariable)):  # d.clear(); d.update(new) / .extend(new)
         var.source.reconstruct(cg)
         cg.append_call_method("clear", 0)
         cg.append_pop_top()
         var.source.reconstruct(cg)
-        cg.append_load_method("update")
+        cg.append_load_method("extend" if isinstance(var, DequeVariable) else "update")
         cg.load_local(temp)
         cg.append_call(1)
         cg.append_pop_top()
@@ -119,3 +158,46 @@ def _replay_contents(cg, var, temp):
         var.source.reconstruct(cg)
         cg.load_const(slice(None, None, None))
         cg.append(bu.create_store_subscr())
+
+
+def _object_attr(effect):
+    """The final tracker of an object attribute effect; None if the attribute was deleted."""
+    from .variables.descriptors import DELETED
+    _, obj, name, slot = effect
+    value = (obj.slots if slot else obj.attrs)[name]
+    return None if value is DELETED else value
+
+
+def _replay_object_attr(cg, effect, temp):
+    """Write the final state of one attribute of a pre-existing object: a slot through its
+    member descriptor (``object.__setattr__`` / ``__delattr__``), an instance-dict entry into
+    the dict itself (a data descriptor of that name may exist, which the trace did not run:
+    the write was made through ``obj.__dict__``). Deleting an attribute the object did not have
+    (added, then deleted, by the trace) leaves nothing to do."""
+    _, obj, name, slot = effect
+    if temp is None and not obj.orig_present.get(name, False):
+        return
+    if slot:
+        cg.append_push_null()
+        cg.load_const(object.__setattr__ if temp is not None else object.__delattr__)
+        obj.source.reconstruct(cg)
+        cg.load_const(name)
+        if temp is not None:
+            cg.load_local(temp)
+        cg.append_call(3 if temp is not None else 2)
+        cg.append_pop_top()
+        return
+    if temp is not None:
+        cg.load_local(temp)
+    load_instance_dict(cg, lambda: obj.source.reconstruct(cg))
+    cg.load_const(name)
+    cg.append(bu.create_store_subscr() if temp is not None else bu.create_instruction("DELETE_SUBSCR"))
+
+
+def load_instance_dict(cg, load_obj):
+    """Push ``object.__getattribute__(obj, '__dict__')`` (no user ``__getattribute__`` runs)."""
+    cg.append_push_null()
+    cg.load_const(object.__getattribute__)
+    load_obj()
+    cg.load_const("__dict__")
+    cg.append_call(2)

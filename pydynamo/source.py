@@ -129,6 +129,63 @@ class GetItemSource(Source):
         codegen.append(bu.create_binary_subscr())
 
 
+class GenericAttrSource(Source):
+    """``object.__getattribute__(base, member)``: how a class with its own ``__getattribute__``
+    reads its instances' ``__dict__`` and ``__class__`` (reading them through that
+    ``__getattribute__`` would run user code in guards, and recurse in its own compiled code)."""
+
+    def __init__(self, base, member):
+        assert isinstance(base, Source)
+        self.base, self.member = base, member
+
+    def name(self):
+        return f"object.__getattribute__({self.base.name()}, {self.member!r})"
+
+    def steps(self):
+        return self.base.steps() + (("g", self.member),)
+
+    def reconstruct(self, codegen):
+        codegen.append_push_null()
+        codegen.load_const(object.__getattribute__)
+        codegen.source(self.base)
+        codegen.load_const(self.member)
+        codegen.append_call(2)
+
+
+class TypeLookupSource(Source):
+    """``member`` as the class read by ``base`` finds it along its MRO, the stored object itself
+    (no descriptor called): CPython's ``_PyType_Lookup``, the first step of every attribute read
+    and special-method call on an instance. Guards read it in one C step (``("t", member)``),
+    so a class attribute added, removed or replaced anywhere in the MRO fails them."""
+
+    def __init__(self, base, member):
+        assert isinstance(base, Source)
+        self.base, self.member = base, member
+
+    def name(self):
+        return f"type_lookup({self.base.name()}, {self.member!r})"
+
+    def steps(self):
+        return self.base.steps() + (("t", self.member),)
+
+    def reconstruct(self, codegen):
+        codegen.append_push_null()
+        codegen.load_const(type_lookup)
+        codegen.source(self.base)
+        codegen.load_const(self.member)
+        codegen.append_call(2)
+
+
+def type_lookup(cls, name, default=None):
+    """What CPython's ``_PyType_Lookup(cls, name)`` answers: the raw attribute of the first class
+    along ``cls.__mro__`` whose ``__dict__`` has it (``default`` when none has)."""
+    for klass in cls.__mro__:
+        d = klass.__dict__
+        if name in d:
+            return d[name]
+    return default
+
+
 class ModuleMemberSource(Source):
     """A submodule, parameter or buffer of an nn.Module: reads like ``base.member`` (or
     ``base[i]`` for containers), but guards read ``base.<table>[key]`` directly, because

@@ -16,12 +16,15 @@ import torch
 from . import bytecode_utils as bu
 from . import config, resume
 from .backends import lookup_backend
-from .exc import Unsupported, UnsupportedOpcodeError
+from .exc import ExceptionRaised, Unsupported, UnsupportedOpcodeError
 from .opcodes import UNSUPPORTED, OpcodeHandlers
 from .output_graph import OutputGraph
 from .source import BuiltinSource, ClosureSource, GlobalSource, LocalSource
-from .variables.base import NULL, CellVariable, NullVariable, VariableTracker
+from .variables.base import NULL, NullVariable, VariableTracker
+from .variables.constant import ConstantVariable
 from .variables.ctx import WithExitVariable
+from .variables.exceptions import CALLER_EXC_INFO, ExceptionVariable
+from .variables.functions import check_suspended_generators, closure_cell
 from .variables.lists import ListIteratorVariable, TupleVariable
 from .variables.builder import wrap_value
 
@@ -43,6 +46,12 @@ class TranslatorBase(OpcodeHandlers):
         self.done = False
         self.current = None
         self.steps = 0
+        # the exception being handled (CPython's exc_info, see exc_owner): None, a tracker
+        # of None (restored by POP_EXCEPT), an ExceptionVariable, or CALLER_EXC_INFO
+        self.exc_value = None
+        # set by CALL for the call it makes: an exception the callee raises passes through
+        # unchanged (see inline_call)
+        self.transparent_call = False
 
     # ---- the stack ----------------------------------------------------------------------------
 
@@ -71,7 +80,10 @@ class TranslatorBase(OpcodeHandlers):
                 if self.steps > config.max_instructions:
                     raise Unsupported(f"more than {config.max_instructions} instructions "
                                       "traced in one frame (a long loop?)")
-                self.dispatch(inst)
+                try:
+                    self.dispatch(inst)
+                except ExceptionRaised as e:
+                    self.handle_exception(inst, e)
         except Unsupported as e:
             lineno = self.current.lineno if self.current is not None else self.code.co_firstlineno
             e.add_frame(self.code.co_filename, lineno, self.code.co_name)
@@ -89,6 +101,48 @@ class TranslatorBase(OpcodeHandlers):
 
     def jump_to(self, index):
         self.ip = index
+
+    # ---- exceptions ---------------------------------------------------------------------------
+    #
+    # An exception the trace knows is raised (ExceptionRaised) goes where CPython's exception
+    # table sends it: the stack is cut to the handler's depth, the handler runs on the
+    # ExceptionVariable. With no handler in this frame it leaves run() to the caller's
+    # instruction. Ops of the graph are assumed not to raise at run time (a shape error is
+    # found while tracing, with fake tensors, and is not simulated: it breaks the graph).
+
+    def handle_exception(self, inst, e):
+        var = e.var
+        if e.fresh:  # raised here, now: CPython links it to the exception being handled
+            var.set_context(self.current_exception())
+            var.raised, var.origin, e.fresh = True, None, False
+        if self.depth == 0 and var.origin is None:  # where this propagation enters the top frame
+            var.origin = (self.steps, inst, self.can_break(inst))
+        entry = inst.exn
+        if entry is None:
+            return self.exception_escapes(e)
+        del self.stack[entry.depth:]
+        if entry.lasti:
+            self.push(ConstantVariable(inst.index))  # only RERAISE reads it (for the traceback)
+        self.push(var)
+        self.kw_names = ()
+        self.jump_to(entry.target)
+
+    def exception_escapes(self, e):
+        raise e  # to the caller's instruction
+
+    def exc_owner(self):
+        """The translator holding this frame's exc_info: the top frame's, or a generator's own
+        (CPython keeps one per generator; other frames share their caller's)."""
+        return self
+
+    def current_exception(self):
+        """The exception being handled (sys.exception()): None, an ExceptionVariable, or
+        CALLER_EXC_INFO (whatever the compiled function's caller is handling)."""
+        owner = self.exc_owner()
+        value = owner.exc_value
+        if value is None or isinstance(value, ConstantVariable):
+            return owner.outer_exception()
+        return value
 
     # ---- names --------------------------------------------------------------------------------
 
@@ -120,11 +174,18 @@ class TranslatorBase(OpcodeHandlers):
         builtins = f_globals.get("__builtins__", self.f_builtins)
         if isinstance(builtins, types.ModuleType):
             builtins = builtins.__dict__
+        transparent, self.transparent_call = self.transparent_call, False
         tx = InliningTranslator(self, code, f_globals, builtins, globals_source, bound, cells)
         if bu.is_plain_generator(code):
             from .variables.functions import GeneratorVariable
+            self.output.generators.append(tx)
             return GeneratorVariable(tx)  # runs up to each yield when iterated
-        tx.run()
+        try:
+            tx.run()
+        except ExceptionRaised as e:
+            if not transparent:  # a model called it: it may catch or reorder what Python would
+                raise e.opaque(f"{name}, called by an operation pydynamo models") from None
+            raise
         return tx.result
 
     def yield_value(self, value):
@@ -164,13 +225,17 @@ class InstructionTranslator(TranslatorBase):
         if len(closure) != len(code.co_freevars):
             raise Unsupported("closure does not match the code's free variables")
         for index, (name, cell) in enumerate(zip(code.co_freevars, closure)):
-            self.cells[name] = CellVariable(real_cell=cell, source=ClosureSource(name, index),
-                                            pre_existing=True)
+            self.cells[name] = closure_cell(self, cell, ClosureSource(name, index))
+        self.exc_value = CALLER_EXC_INFO
 
     def root_globals(self):
         return self.f_globals
 
+    def outer_exception(self):
+        return CALLER_EXC_INFO
+
     def return_value(self, value):
+        check_suspended_generators(self.output)
         self.output.compile_and_return(self, value, self.current.lineno)
         self.done = True
 
@@ -179,6 +244,8 @@ class InstructionTranslator(TranslatorBase):
             return self.break_graph(inst, self.break_at[1])
         try:
             super().dispatch(inst)
+        except ExceptionRaised:
+            raise  # handle_exception decides
         except Unsupported as e:
             if self.fullgraph or not self.can_break(inst):
                 raise
@@ -186,20 +253,41 @@ class InstructionTranslator(TranslatorBase):
                         self.code.co_name)
             raise RestartAnalysis(self.steps, e) from None
 
+    def exception_escapes(self, e):
+        """An exception the frame's own handlers do not catch leaves it: Python raises it
+        natively, with the user's traceback, from a graph break at the top-frame instruction
+        where it started (a `raise`, a call whose callee raises, a failing lookup...)."""
+        step, origin, breakable = e.var.origin
+        exc = Unsupported(f"{e.reason}, which the compiled frame does not catch: Python raises "
+                          "it natively")
+        exc.user_stack = list(e.user_stack)
+        self.current = origin  # the line run() reports
+        raise_stmt = origin.opname == "RAISE_VARARGS"
+        if raise_stmt and not origin.arg:
+            raise exc  # a bare `raise` run natively would re-raise what Python is handling
+        if (self.fullgraph and not raise_stmt) or not breakable:
+            raise exc
+        raise RestartAnalysis(step, exc)
+
     # ---- graph breaks -------------------------------------------------------------------------
 
     def can_break(self, inst):
         """Breaks run ``inst`` natively in new code that has none of the user's handlers: an
         exception there must be one that would leave the frame anyway (through `with` blocks,
         whose grad mode the new code restores), never one an ``except`` or ``finally`` of the
-        user's could see. Otherwise the frame runs eagerly."""
+        user's could see. Otherwise the frame runs eagerly. Nor may a break happen while the
+        frame handles an exception of the trace: the new code would not be handling it (a
+        bare `raise`, sys.exception() and the __context__ of what it raises would differ)."""
         if bu.exception_exits(self.code)[inst.index] is None:
+            return False
+        if isinstance(self.exc_value, ExceptionVariable):
             return False
         return bu.conditional_jump(inst) is not None or bu.native_form(inst) is not None
 
     def break_graph(self, inst, exc):
         """End the trace at ``inst``: graph so far, ``inst`` natively, then resume functions."""
         try:
+            check_suspended_generators(self.output)
             if bu.conditional_jump(inst) is not None:
                 self._break_on_jump(inst, *bu.conditional_jump(inst))
             else:
@@ -261,6 +349,8 @@ class InstructionTranslator(TranslatorBase):
         `with` block its prologue re-enters. A temp seen twice is passed once; the prologue
         makes the other slot an alias."""
         shape, live, args, arg_of = [], [], [], {}
+        first = resume.super_argument(resume.origin(self.code, index)[0], local_names)
+        first_pos = None
         for i, (var, temp) in enumerate(zip(stack, temps)):
             slot = self._slot(var)
             if temp is not None and temp in arg_of:
@@ -270,9 +360,10 @@ class InstructionTranslator(TranslatorBase):
                 args.append(temp)
             shape.append(slot)
         for name, temp in zip(local_names, temps[len(stack):]):
-            if temp in arg_of:
+            if temp in arg_of and name != first:
                 live.append((name, arg_of[temp]))
             else:
+                first_pos = len(args) if name == first else first_pos
                 arg_of[temp] = name
                 live.append(name)
                 args.append(temp)
@@ -281,6 +372,8 @@ class InstructionTranslator(TranslatorBase):
         if mode != torch.is_grad_enabled():
             cg.set_grad_enabled(mode)
         code, index = resume.origin(self.code, index)
+        if first_pos is not None:  # the resume function takes it first (see resume.live_locals)
+            args.insert(0, args.pop(first_pos))
         resume.codegen_load_resume(cg, self.f_globals, code, index, tuple(shape), tuple(live))
         for name in args:
             cg.load_local(name)
@@ -289,6 +382,8 @@ class InstructionTranslator(TranslatorBase):
 
     def _break_native(self, inst, form):
         stack = list(self.stack)
+        if form.pushes is None:  # raise: nothing after it reads the rest of the stack
+            stack = stack[len(stack) - form.pops:]
         resume_at = inst.index + 1
         if form.pushes == ("value",) and self.instructions[resume_at].opname == "POP_TOP":
             # a call as a statement (print(...)): drop its result here, not in the resume
@@ -356,11 +451,12 @@ def check_no_nested_aliases(values):
     from .output_graph import walk_values
     from .variables.dicts import DictVariable
     from .variables.lists import ListVariable
+    from .variables.sets import SetVariable
     seen = set()
     tops = {id(v) for v in values}
     for top in {id(v): v for v in values}.values():
         for var in walk_values([top]):
-            if var is not top and isinstance(var, (ListVariable, DictVariable)):
+            if var is not top and isinstance(var, (ListVariable, DictVariable, SetVariable)):
                 if id(var) in tops or id(var) in seen:
                     raise Unsupported(f"{var} is shared by several values live at the break")
                 seen.add(id(var))
@@ -373,9 +469,18 @@ class InliningTranslator(TranslatorBase):
         self.parent = parent
         self.result = None
         self.finished = False
+        self.is_generator = bu.is_plain_generator(code)
+        self.consumer = None  # a generator: the translator that resumed it last
 
     def root_globals(self):
         return self.parent.root_globals()
+
+    def exc_owner(self):
+        return self if self.is_generator else self.parent.exc_owner()
+
+    def outer_exception(self):
+        """A generator's exc_info is stacked on that of the frame resuming it."""
+        return self.consumer.current_exception()
 
     def return_value(self, value):
         self.result = value

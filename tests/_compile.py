@@ -102,7 +102,12 @@ def _read(steps, args, f_globals, f_builtins, closure):
     else:
         raise AssertionError(root)
     for kind, arg in steps[1:]:
-        value = getattr(value, arg) if kind == "a" else value[arg]
+        if kind == "t":  # _PyType_Lookup: the raw attribute found along the class's MRO
+            value = next(c.__dict__[arg] for c in value.__mro__ if arg in c.__dict__)
+        elif kind == "g":
+            value = object.__getattribute__(value, arg)
+        else:
+            value = getattr(value, arg) if kind == "a" else value[arg]
     return value
 
 

@@ -257,12 +257,13 @@ def test_fullgraph_print_disabled_unmodelled_and_opcode_messages():
     assert isinstance(err, UnmodelledCallError)
     assert str(err).startswith("call to time.time, a C or library function pydynamo does not model")
 
-    def imports(x):
-        import math
-        return x * math.pi
-    err = _fullgraph_error(imports, torch.randn(2))
+    def class_def(x):
+        class Local:
+            pass
+        return x * 2
+    err = _fullgraph_error(class_def, torch.randn(2))
     assert isinstance(err, UnsupportedOpcodeError)
-    assert str(err).startswith("IMPORT_NAME: import statements inside compiled code\n")
+    assert str(err).startswith("LOAD_BUILD_CLASS: class definitions inside compiled code\n")
 
 
 def test_nopython_is_fullgraph():

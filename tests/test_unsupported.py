@@ -71,8 +71,16 @@ def test_global_assignment_is_replayed_not_refused():
 
 def test_raise_and_try():
     def fn(x):
-        raise ValueError
-    unsupported(fn, x3, match="raising")
+        raise ValueError("v")
+    with pytest.raises(ValueError, match="v"):  # even fullgraph: the `raise` itself runs natively
+        compile_fn(fn)(x3)
+
+    def escapes_finally(x):
+        try:
+            raise ValueError
+        finally:
+            x = x + 1
+    unsupported(escapes_finally, x3, match="raising ValueError")
 
 
 def test_generator_frame():

@@ -182,7 +182,10 @@ class CellVariable(VariableTracker):
     """A closure cell. ``contents`` is a tracker, or None while the cell is empty.
 
     Cells of functions that exist before the trace are read through ``read`` lazily, so only
-    cells the code uses are guarded; storing into such a cell is a side effect we do not replay.
+    cells the code uses are guarded; one tracker stands for each such cell object (see
+    functions.closure_cell), and storing into it (``nonlocal``) is a side effect replayed by
+    the generated code. A cell made in the trace exists at run time only if a function that
+    closes over it is returned: then it is made anew, holding the final contents.
     """
 
     def __init__(self, contents=None, real_cell=None, source=None, pre_existing=False):
@@ -190,6 +193,10 @@ class CellVariable(VariableTracker):
         self.contents = contents
         self.real_cell = real_cell
         self.pre_existing = pre_existing
+        # reached both as the compiled frame's own cell and through a function's __closure__:
+        # which cell the function has is not guarded, so stores are refused
+        self.shared = False
+        self.written = False
 
     def read(self, tx):
         if self.contents is None and self.real_cell is not None:
@@ -205,6 +212,35 @@ class CellVariable(VariableTracker):
 
     def write(self, tx, value):
         if self.pre_existing:
-            raise Unsupported("assignment to a closure variable of an enclosing function "
-                              "(a nonlocal side effect)")
+            if self.source is None or self.shared:
+                raise Unsupported("assignment to a closure variable whose cell the trace cannot "
+                                  "name (a nonlocal side effect)")
+            tx.output.side_effects.store_cell(self, value)
+            self.written = True
         self.contents = value
+
+    def reconstruct(self, codegen):
+        """The cell object itself (a closure tuple holds cells, not their contents)."""
+        from .. import bytecode_utils as bu
+        from ..source import AttrSource, ClosureSource
+        if not self.pre_existing:
+            import types
+            codegen.append_push_null()
+            codegen.load_const(types.CellType)
+            if self.contents is not None:
+                codegen(self.contents)
+            return codegen.append_call(int(self.contents is not None))
+        if isinstance(self.source, ClosureSource):
+            return codegen.append(bu.create_instruction("LOAD_CLOSURE", bu.FreeVar(self.source.var_name)))
+        if isinstance(self.source, AttrSource) and self.source.member == "cell_contents":
+            return codegen.source(self.source.base)
+        raise Unsupported("a closure cell the trace cannot name")
+
+    def codegen_store(self, codegen):
+        """Store the top of the stack into this (pre-existing) cell."""
+        from .. import bytecode_utils as bu
+        from ..source import ClosureSource
+        if isinstance(self.source, ClosureSource):
+            return codegen.append(bu.create_instruction("STORE_DEREF", bu.FreeVar(self.source.var_name)))
+        codegen.source(self.source.base)
+        codegen.append(bu.create_instruction("STORE_ATTR", "cell_contents"))

@@ -6,6 +6,8 @@ the value makes the tracker and installs the row's guards on ``source``. With ``
 such values must be immutable or trusted. ``wrap_constant`` wraps results of constant folding.
 """
 import enum
+import functools
+import logging
 import types
 
 import torch
@@ -13,12 +15,19 @@ import torch
 from ..exc import Unsupported
 from ..guards import equals_supported
 from ..source import AttrSource, GetItemSource
+from .base import GetAttrVariable
 from .builtin import BuiltinVariable, is_supported_builtin
 from .constant import ConstantVariable, is_constant_value
 from .dicts import DictVariable
+from .exceptions import ExceptionClassVariable
 from .functions import UserFunctionVariable, UserMethodVariable
 from .lists import ListVariable, RangeVariable, SizeVariable, SliceVariable, TupleVariable
 from .nn_module import NNModuleVariable
+from .objects import BuiltinMethodVariable, is_base_method
+from .sets import SetVariable, wrap_input_set
+from .deferred import DeferredFunctionVariable, LoggerVariable, is_deferred_function
+from .stdlib import (COLLECTION_TYPES, SPEC_INSTANCE_TYPES, LruCacheVariable, PolyfillVariable, has_polyfill,
+                     wrap_collection, wrap_spec_instance)
 from .torch import TorchVariable, is_torch_callable
 from .user_defined import PythonModuleVariable, UserDefinedClassVariable, UserDefinedObjectVariable
 
@@ -162,10 +171,17 @@ _TABLE = [
     (lambda v: type(v) is tuple and equals_supported(v), _constant_tuple),
     (_is_plain_tuple, _sequence),
     (lambda v: type(v) is dict, _dict),
+    (lambda v: type(v) in (set, frozenset), wrap_input_set),
+    (lambda v: type(v) in COLLECTION_TYPES, wrap_collection),
     (lambda v: type(v) is range, _equal_constant(RangeVariable)),
     (lambda v: type(v) is slice, _equal_constant(
         lambda s: SliceVariable(*(ConstantVariable(p) for p in (s.start, s.stop, s.step))))),
     (lambda v: any(v is c for c in _TORCH_CLASSES), _identity(TorchVariable)),
+    (has_polyfill, _identity(PolyfillVariable)),
+    (is_deferred_function, _identity(DeferredFunctionVariable)),
+    (lambda v: isinstance(v, functools._lru_cache_wrapper), _identity(LruCacheVariable)),
+    (lambda v: isinstance(v, logging.Logger), _identity(LoggerVariable)),
+    (lambda v: type(v) in SPEC_INSTANCE_TYPES, wrap_spec_instance),
     (is_torch_callable, _identity(TorchVariable)),
     (is_supported_builtin, _identity(BuiltinVariable)),
     (lambda v: isinstance(v, types.FunctionType), _identity(UserFunctionVariable)),
@@ -173,7 +189,11 @@ _TABLE = [
     (lambda v: isinstance(v, types.BuiltinMethodType) and isinstance(v.__self__, torch.Tensor),
      _tensor_method),
     (lambda v: isinstance(v, types.ModuleType), _identity(PythonModuleVariable)),
+    (lambda v: isinstance(v, type) and issubclass(v, BaseException), _identity(ExceptionClassVariable)),
     (lambda v: isinstance(v, type), _identity(UserDefinedClassVariable)),
+    (is_base_method, _identity(lambda v, src: BuiltinMethodVariable(v, None, src))),
+    (lambda v: isinstance(v, types.BuiltinMethodType) and _is_immutable_constant(v.__self__),
+     _identity(lambda v, src: GetAttrVariable(wrap_constant(v.__self__), v.__name__, src))),
     (lambda v: True, _object),
 ]
 
@@ -207,13 +227,24 @@ def wrap_value(tx, value, source):
     raise AssertionError("the last row accepts everything")
 
 
+_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by a class statement
+
+
+def _is_immutable_constant(value):
+    """A str, int, frozenset... whose bound builtin methods (``frozenset(kw).__contains__``,
+    ``"sep".join``) are calls of the constant's own methods."""
+    return (is_constant_value(value) and not isinstance(value, enum.Enum)) or \
+        (type(value) in (frozenset, tuple) and all(is_constant_value(v) for v in value))
+
+
 def _MUTABLE_KINDS(value):
     """Values whose contents a trace may change and read back: lists, dicts, user objects.
     (Modules are pinned by identity; tensors have their own aliasing guard.)"""
-    return type(value) in (list, dict) or (
+    return type(value) in (list, dict, set, *COLLECTION_TYPES) or (
         not isinstance(value, (torch.Tensor, torch.nn.Module, type, types.ModuleType,
                                types.FunctionType, types.MethodType, tuple))
-        and not is_constant_value(value) and hasattr(value, "__dict__"))
+        and not is_constant_value(value)
+        and (hasattr(value, "__dict__") or type(value).__flags__ & _HEAPTYPE))  # slots too
 
 
 def wrap_constant(value):
@@ -232,11 +263,17 @@ def wrap_constant(value):
         return RangeVariable(value)
     if type(value) is slice:
         return SliceVariable(*(ConstantVariable(p) for p in (value.start, value.stop, value.step)))
+    if type(value) is frozenset:
+        return SetVariable.new(value, ("const", value))  # immutable: rebuilt as this very object
+    if type(value) is set:  # a fold gave back a set tracker's replica: two trackers, one object
+        raise Unsupported("a set computed by constant folding")
     if isinstance(value, (frozenset, types.CodeType, types.UnionType)):
         return ConstantVariable(value)
     if any(value is c for c in _TORCH_CLASSES):
         return TorchVariable(value)  # the grad-mode classes a resume function's prologue enters
     if isinstance(value, type):
+        if issubclass(value, BaseException):
+            return ExceptionClassVariable(value)
         return UserDefinedClassVariable(value)
     if is_supported_builtin(value):
         return BuiltinVariable(value)

@@ -4,6 +4,7 @@ Each supported builtin has one handler; calls with only constant arguments of a 
 are folded; operators on tensors become graph nodes.
 """
 import builtins
+import enum
 import math
 import operator
 
@@ -13,6 +14,7 @@ from .constant import ConstantVariable
 from .dicts import DictVariable, items_of
 from .lists import (BaseListVariable, ListIteratorVariable, ListVariable, RangeVariable, TupleVariable,
                     iterator_type)
+from .sets import binary_op as set_binary_op, is_set_like, set_new
 from .tensor import TensorVariable
 
 _HANDLERS = {}
@@ -32,6 +34,8 @@ _PURE = {abs, all, any, bool, bytes, chr, complex, divmod, float, format, hash, 
          hex, oct, bin, *BINARY_OPS, *COMPARE_OPS, *UNARY_OPS, operator.not_, operator.truth,
          operator.getitem, operator.contains, operator.index, operator.concat}
 _PURE |= {getattr(math, n) for n in dir(math) if callable(getattr(math, n))}
+# str and bytes methods, read from the class (``str.join``): immutable values in and out
+_PURE |= {getattr(t, n) for t in (str, bytes) for n in dir(t) if not n.startswith("_")}
 
 
 def handles(*fns):
@@ -57,12 +61,18 @@ def _all_constant(args, kwargs=None):
     return all(a.is_python_constant() for a in [*args, *(kwargs or {}).values()])
 
 
-def fold(fn, args, kwargs=None):
+def fold(fn, args, kwargs=None, exact=False):
+    """``fn`` called on the constants, at trace time. ``exact``: the call is exactly the one
+    Python makes (same function, same arguments), so an exception it raises is the one the
+    program raises there, and the trace raises it too (try/except sees it)."""
     from .builder import wrap_constant
     cargs, ckwargs = _constants(args, kwargs or {})
     try:
         result = fn(*cargs, **ckwargs)
     except Exception as e:
+        if exact:
+            from .exceptions import raise_exception
+            raise_exception(e)
         raise Unsupported(f"{getattr(fn, '__name__', fn)}{tuple(cargs)} raised "
                           f"{type(e).__name__}: {e}") from None
     return wrap_constant(result)
@@ -71,6 +81,12 @@ def fold(fn, args, kwargs=None):
 class BuiltinVariable(ObjectVariable):
     def call_function(self, tx, args, kwargs):
         return call_builtin(tx, self.value, list(args), dict(kwargs))
+
+    def var_getattr(self, tx, name):
+        if any(self.value is t for t in (str, bytes)) and is_supported_builtin(getattr(self.value, name, None)):
+            from .builder import wrap_value
+            return wrap_value(tx, getattr(self.value, name), self.attr_source(name))
+        return super().var_getattr(tx, name)
 
     def _repr_value(self):
         return getattr(self.value, "__name__", repr(self.value))
@@ -118,13 +134,15 @@ def _signature(handler):
 
 def call_builtin(tx, fn, args, kwargs, from_opcode=False):
     """``fn(*args, **kwargs)``; ``from_opcode``: an opcode's own call, whose form is right."""
+    if fn in (str, repr) and len(args) == 1 and not kwargs and hasattr(args[0], "as_string"):
+        return args[0].as_string(fn)  # exceptions: str(e) / repr(e)
     handler = _HANDLERS.get(fn)
     if handler is not None:
         if not from_opcode:
             check_call_form(fn, handler, args, kwargs)
         return handler(tx, *args, **kwargs)
     if fn in _PURE and _all_constant(args, kwargs):
-        return fold(fn, args, kwargs)
+        return fold(fn, args, kwargs, exact=True)
     if fn in _PURE and any(_sym_operands(a) for a in [*args, *kwargs.values()]):
         return _builtin_on_sizes(tx, fn, args, kwargs)
     raise Unsupported(f"builtin {getattr(fn, '__qualname__', fn)} with arguments "
@@ -178,6 +196,11 @@ def _python_method(tx, var, name):
     import types
     from .functions import UserMethodVariable
     from ..source import AttrSource
+    from .objects import UserDefinedObjectVariable
+    if isinstance(var, UserDefinedObjectVariable):  # looked up (and guarded) along the MRO
+        from .descriptors import type_lookup
+        fn, src = type_lookup(tx, var.cls_var, name)
+        return UserMethodVariable(fn, var, src) if isinstance(fn, types.FunctionType) else None
     try:
         cls = var.python_type()
     except Unsupported:
@@ -240,25 +263,36 @@ def _has_slot(var, name):
 def _make_binary(fn):
     def handler(tx, a, b):
         if _any_tensor(a, b) or _sym_operands(a, b):
-            return tx.output.call_graph(tx, "call_function", fn, (a, b), {})
+            # a number has no in-place method: `n += t` is `n + t` (and a graph's code cannot
+            # print `1 += t`)
+            op = fn if isinstance(a, TensorVariable) else _INPLACE_OF.get(fn, fn)
+            return tx.output.call_graph(tx, "call_function", op, (a, b), {})
         user = _user_operator(tx, fn, a, b)
         if user is not None:
             return user
+        if is_set_like(a) or is_set_like(b):
+            return set_binary_op(tx, fn, a, b)
         if fn is operator.iadd and isinstance(a, ListVariable):
             return a.call_method(tx, "__iadd__", [b], {})
         if _all_constant([a, b]):
-            return fold(fn, [a, b])
+            return fold(fn, [a, b], exact=True)
         if fn in (operator.add, operator.iadd) and isinstance(a, BaseListVariable) \
-                and isinstance(b, BaseListVariable) and a.python_cls is b.python_cls:
+                and isinstance(b, BaseListVariable) and a.python_cls is b.python_cls \
+                and a.python_cls in (list, tuple):  # not deques (maxlen)
             return type(a)(a.items + b.items) if a.python_cls is list else TupleVariable(a.items + b.items)
         if fn in (operator.mul, operator.imul):
             seq, n = (a, b) if isinstance(a, BaseListVariable) else (b, a)
-            if isinstance(seq, BaseListVariable) and n.is_python_constant():
+            if isinstance(seq, BaseListVariable) and n.is_python_constant() and seq.python_cls in (list, tuple):
                 items = seq.items * n.as_python_constant()
                 return ListVariable(items) if seq.python_cls is list else TupleVariable(items)
         if fn in (operator.eq, operator.ne) and type(a.python_type()) is type \
                 and a.python_type() is not b.python_type() and _is_simple_type(a) and _is_simple_type(b):
             return ConstantVariable(fn is operator.ne)
+        if fn in (operator.eq, operator.ne):
+            from .objects import default_rich_eq
+            result = default_rich_eq(tx, fn is operator.eq, a, b)
+            if result is not None:
+                return result
         raise Unsupported(f"operator.{fn.__name__} on {a} and {b}")
     return handler
 
@@ -281,7 +315,7 @@ def _make_unary(fn):
         if isinstance(a, TensorVariable) or _sym_operands(a):
             return tx.output.call_graph(tx, "call_function", fn, (a,), {})
         if a.is_python_constant():
-            return fold(fn, [a])
+            return fold(fn, [a], exact=True)
         raise Unsupported(f"{fn.__name__} of {a}")
     return handler
 
@@ -311,8 +345,8 @@ def is_same_object(tx, a, b):
     if isinstance(a, ConstantVariable) and isinstance(b, ConstantVariable):
         return a.value is b.value
     for x, y in ((a, b), (b, a)):
-        if isinstance(x, ConstantVariable) and x.value is None:
-            return False  # None is always a ConstantVariable, so y is something else
+        if isinstance(x, ConstantVariable) and (x.value is None or isinstance(x.value, enum.Enum)):
+            return False  # None and enum members are always ConstantVariables: y is something else
     if a.source is not None and b.source is not None and a.source == b.source \
             and not isinstance(a, UserMethodVariable):  # bound methods are made per read
         return True
@@ -331,6 +365,11 @@ def is_same_object(tx, a, b):
         return False
     if isinstance(a, (ObjectVariable, ConstantVariable)) and isinstance(b, (ObjectVariable, ConstantVariable)):
         return a.as_python_constant() is b.as_python_constant()  # guarded by identity, or constants
+    try:
+        if a.python_type() is not b.python_type():
+            return False  # objects of two types are two objects
+    except Unsupported:
+        pass
     raise Unsupported(f"identity of {a} and {b} is not known while tracing")
 
 
@@ -432,6 +471,8 @@ def _type(tx, obj):
     trace then reads are guarded (a class attribute can change between calls)."""
     from .builder import wrap_value
     from ..source import AttrSource
+    if getattr(obj, "cls_var", None) is not None:  # a user object: its class, as it was read
+        return obj.cls_var
     src = AttrSource(obj.source, "__class__") if obj.source is not None else None
     return wrap_value(tx, obj.python_type(), src)
 
@@ -452,10 +493,92 @@ def has_attr(tx, obj, attr):
 
 @handles(getattr)
 def _getattr(tx, obj, name, default=None):
+    from .descriptors import is_attribute_error
+    from .objects import UserDefinedObjectVariable
     attr = _attr_name(name)
+    if default is not None and isinstance(obj, UserDefinedObjectVariable):
+        try:  # the protocol runs once; an AttributeError it raises gives the default
+            return tx.getattr(obj, attr)
+        except Unsupported as e:
+            if not is_attribute_error(e):
+                raise
+            return default
     if default is not None and not has_attr(tx, obj, attr):
         return default
     return tx.getattr(obj, attr)
+
+
+@handles(setattr)
+def _setattr(tx, obj, name, value):
+    from ..opcodes import store_attr
+    store_attr(tx, obj, _attr_name(name), value)
+    return ConstantVariable(None)
+
+
+@handles(delattr)
+def _delattr(tx, obj, name):
+    from .objects import UserDefinedObjectVariable
+    if not isinstance(obj, UserDefinedObjectVariable):
+        raise SideEffectError(f"delattr() on {obj}")
+    obj.delete_attr(tx, _attr_name(name))
+    return ConstantVariable(None)
+
+
+@handles(__import__("sys").getrecursionlimit)
+def _getrecursionlimit(tx):
+    """A read of interpreter state: answered now, guarded to stay the same."""
+    import sys
+    from .torch import GlobalStateIs
+    value = sys.getrecursionlimit()
+    tx.output.guards.PREDICATE(None, GlobalStateIs(sys.getrecursionlimit, value),
+                               f"sys.getrecursionlimit() == {value}")
+    return ConstantVariable(value)
+
+
+@handles(__import__("types").MappingProxyType)
+def _mappingproxy(tx, mapping):
+    from .objects import MappingProxyVariable
+    return MappingProxyVariable(mapping)
+
+
+@handles(vars)
+def _vars(tx, obj):
+    """``vars(obj)``: ``obj.__dict__`` (a user object's live instance dict)."""
+    from .objects import UserDefinedObjectVariable
+    if not isinstance(obj, UserDefinedObjectVariable):
+        raise Unsupported(f"vars() of {obj}")
+    return tx.getattr(obj, "__dict__")
+
+
+@handles(hash)
+def _hash(tx, obj):
+    from .objects import UserDefinedObjectVariable
+    if isinstance(obj, UserDefinedObjectVariable):
+        return obj.hash(tx)
+    if obj.is_python_constant():
+        return fold(hash, [obj])
+    raise Unsupported(f"hash() of {obj}")
+
+
+@handles(id)
+def _id(tx, obj):
+    """``id(obj)`` is a constant only where the trace pins the object itself (ID_MATCH): a
+    module, a function or class read by identity, or a user object then guarded by identity."""
+    import weakref
+    from .nn_module import NNModuleVariable
+    from .objects import UserDefinedObjectVariable
+    if isinstance(obj, NNModuleVariable):
+        return ConstantVariable(id(obj.module))
+    if isinstance(obj, UserDefinedObjectVariable) and not obj.is_new and obj.source is not None:
+        try:
+            weakref.ref(obj.value)  # the guard must not keep the object alive
+        except TypeError:
+            raise Unsupported(f"id() of a {obj.python_type().__name__} (no weak references)") from None
+        tx.output.guards.ID_MATCH(obj.source, obj.value)
+        return ConstantVariable(id(obj.value))
+    if isinstance(obj, ObjectVariable) and obj.source is not None:
+        return ConstantVariable(id(obj.value))  # guarded by identity when read (builder)
+    raise Unsupported(f"id() of {obj} (its identity is not pinned)")
 
 
 @handles(hasattr)
@@ -470,6 +593,9 @@ def _range(tx, *args):
 
 @handles(enumerate)
 def _enumerate(tx, seq, start=None):
+    if _is_iterator(seq):  # lazy: an iterator is read one item per step, as CPython does
+        from .stdlib import call_polyfill
+        return call_polyfill(tx, enumerate, [seq] if start is None else [seq, start], {})
     first = start.as_python_constant() if start is not None else 0
     items = seq.unpack_var_sequence(tx)
     return ListIteratorVariable([TupleVariable([ConstantVariable(first + i), item])
@@ -478,6 +604,9 @@ def _enumerate(tx, seq, start=None):
 
 @handles(zip)
 def _zip(tx, *seqs, strict=None):
+    if any(_is_iterator(s) for s in seqs):  # lazy, as for enumerate
+        from .stdlib import call_polyfill
+        return call_polyfill(tx, zip, seqs, {} if strict is None else {"strict": strict})
     columns = [s.unpack_var_sequence(tx) for s in seqs]
     if strict is not None and strict.as_python_constant() and len({len(c) for c in columns}) > 1:
         raise Unsupported("zip(strict=True) of sequences of different lengths")
@@ -485,8 +614,7 @@ def _zip(tx, *seqs, strict=None):
 
 
 def _is_iterator(obj):
-    from .functions import GeneratorVariable
-    return isinstance(obj, (ListIteratorVariable, GeneratorVariable))
+    return hasattr(obj, "next_item")  # list iterators, generators, set iterators
 
 
 def iterate(tx, obj):
@@ -494,12 +622,15 @@ def iterate(tx, obj):
     if not _is_iterator(obj):
         yield from obj.unpack_var_sequence(tx)
         return
-    while (item := obj.next_item(tx)) is not None:
+    from .functions import next_item
+    while (item := next_item(tx, obj)) is not None:  # any()/all(): exceptions pass on unchanged
         yield item
 
 
 @handles(iter)
 def _iter(tx, obj):
+    if hasattr(obj, "make_iterator"):  # an iterable with its own rules (sets, user objects)
+        return obj.make_iterator(tx)
     if _is_iterator(obj):
         return obj
     return ListIteratorVariable(obj.unpack_var_sequence(tx), iterator_type(obj))
@@ -509,10 +640,15 @@ def _iter(tx, obj):
 def _next(tx, it, default=None):
     if not _is_iterator(it):
         raise Unsupported(f"next() of {it}")
-    item = it.next_item(tx)
+    from .functions import GeneratorVariable, next_item
+    item = next_item(tx, it)
     if item is None:
         if default is None:
-            raise Unsupported("StopIteration raised by next()")
+            from ..exc import ExceptionRaised
+            from .exceptions import ExceptionVariable
+            value = it.return_value() if isinstance(it, GeneratorVariable) else ConstantVariable(None)
+            args = [] if value.is_python_constant() and value.as_python_constant() is None else [value]
+            raise ExceptionRaised(ExceptionVariable.create(StopIteration, args))
         return default
     return item
 
@@ -527,12 +663,18 @@ def _reversed(tx, seq):
 
 @handles(list)
 def _list(tx, seq=None):
-    return ListVariable(seq.unpack_var_sequence(tx) if seq is not None else [])
+    # list(gen), tuple(gen), sum(gen): what the generator raises passes on unchanged (the
+    # partial result is dropped), and sum's additions interleave with the generator's steps
+    return ListVariable(list(iterate(tx, seq)) if seq is not None else [])
 
 
 @handles(tuple)
 def _tuple(tx, seq=None):
-    return TupleVariable(seq.unpack_var_sequence(tx) if seq is not None else [])
+    return TupleVariable(list(iterate(tx, seq)) if seq is not None else [])
+
+
+_HANDLERS[set] = lambda tx, iterable=None: set_new(tx, set, iterable)
+_HANDLERS[frozenset] = lambda tx, iterable=None: set_new(tx, frozenset, iterable)
 
 
 @handles(dict)
@@ -558,9 +700,8 @@ _HANDLERS[max] = _make_min_max(max)
 
 @handles(sum)
 def _sum(tx, seq, start=None):
-    items = seq.unpack_var_sequence(tx)
     acc = start if start is not None else ConstantVariable(0)
-    for item in items:
+    for item in iterate(tx, seq):
         acc = _HANDLERS[operator.add](tx, acc, item)
     return acc
 
@@ -577,7 +718,7 @@ def _make_conversion(fn):
                                      f"keep the value a tensor, or move {fn.__name__}() out of the "
                                      "compiled region")
         if _all_constant(args, kwargs):
-            return fold(fn, args, kwargs)
+            return fold(fn, args, kwargs, exact=True)
         raise Unsupported(f"{fn.__name__}() of {args}")
     return handler
 
@@ -592,8 +733,21 @@ def _print(tx, *args, **kwargs):
 
 
 @handles(sorted)
-def _sorted(tx, seq, **kwargs):
+def _sorted(tx, seq, *, key=None, reverse=None):
+    """The key function is called on each item in order (inlined), as list.sort does; then the
+    items are ordered by sorting their indices on the keys: the sort only ever compares keys,
+    so ties and ``reverse`` keep the same (stable) order."""
     items = seq.unpack_var_sequence(tx)
-    if _all_constant(items, kwargs):
-        return fold(sorted, [ListVariable(items)], kwargs)
-    raise Unsupported("sorted() of non-constant values")
+    if key is not None and not (key.is_python_constant() and key.as_python_constant() is None):
+        keys = [key.call_function(tx, [item], {}) for item in items]
+    else:
+        keys = items
+    if not _all_constant(keys, {} if reverse is None else {"reverse": reverse}):
+        raise Unsupported("sorted() of values that are not known while tracing")
+    values = [k.as_python_constant() for k in keys]
+    rev = {} if reverse is None else {"reverse": reverse.as_python_constant()}
+    try:
+        order = sorted(range(len(items)), key=values.__getitem__, **rev)
+    except Exception as e:
+        raise Unsupported(f"sorted() raised {type(e).__name__}: {e}") from None
+    return ListVariable([items[i] for i in order])

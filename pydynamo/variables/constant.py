@@ -62,10 +62,11 @@ class ConstantVariable(VariableTracker):
         if method is None:
             raise Unsupported(f"{type(self.value).__name__} has no method {name!r}")
         try:
-            return wrap_constant(method(*const_args, **const_kwargs))
-        except Exception as e:
-            raise Unsupported(f"{type(self.value).__name__}.{name} raised "
-                              f"{type(e).__name__}: {e}") from None
+            result = method(*const_args, **const_kwargs)
+        except Exception as e:  # the method of an immutable constant: what Python raises
+            from .exceptions import raise_exception
+            raise_exception(e)
+        return wrap_constant(result)
 
     def reconstruct(self, codegen):
         codegen.load_const(self.value)

@@ -2,8 +2,9 @@
 import types
 
 from .. import bytecode_utils as bu
-from ..exc import DisabledFunctionError, Unsupported
-from ..source import AttrSource, GetItemSource, GlobalSource, cell_contents_source, function_global_source
+from ..exc import DisabledFunctionError, ExceptionRaised, Unsupported
+from ..source import (AttrSource, ClosureSource, GetItemSource, GlobalSource, cell_contents_source,
+                      function_global_source)
 from .base import CellVariable, ObjectVariable, VariableTracker
 from .dicts import DictVariable
 from .lists import TupleVariable
@@ -59,9 +60,10 @@ def bind_args(code, args, kwargs, default_at, kwdefault_for):
 
 
 def is_trusted_globals(fn_globals):
-    """Globals of torch's own modules: read without guards (we assume torch is not patched)."""
+    """Globals of torch's own modules and of pydynamo.polyfills: read without guards (we
+    assume torch is not patched)."""
     name = fn_globals.get("__name__", "")
-    return name == "torch" or name.startswith("torch.")
+    return name == "torch" or name.startswith("torch.") or name == "pydynamo.polyfills"
 
 
 def globals_source_fn(tx, fn_globals, fn_source):
@@ -89,6 +91,18 @@ class UserFunctionVariable(ObjectVariable):
                 tx.output.guards.add(src, "ID_MATCH", self.value.__code__)
             from .constant import ConstantVariable
             return ConstantVariable(self.value.__code__, src)
+        if name in vars(self.value):  # set on the function (functools.wraps' __wrapped__)
+            return wrap_value(tx, vars(self.value)[name], src)
+        if name in ("__defaults__", "__kwdefaults__", "__annotations__"):
+            return wrap_value(tx, getattr(self.value, name), src)
+        if name == "__globals__" and src is not None:  # read entry by entry (objects.py)
+            from .objects import UserDefinedObjectVariable
+            return UserDefinedObjectVariable(self.value.__globals__, src)
+        from ..source import type_lookup
+        if src is not None and type_lookup(type(self.value), name) is None:  # absent: guarded so
+            from .descriptors import attribute_error
+            tx.output.guards.NOT_PRESENT(src)
+            raise attribute_error(f"'function' object has no attribute {name!r}")
         raise Unsupported(f"function attribute {name!r}")
 
     def _default(self, tx, i):
@@ -120,12 +134,30 @@ class UserFunctionVariable(ObjectVariable):
         cells = {}
         for i, name in enumerate(code.co_freevars):
             src = cell_contents_source(self.source, i) if self.source is not None else None
-            cells[name] = CellVariable(real_cell=fn.__closure__[i], source=src, pre_existing=True)
+            cells[name] = closure_cell(tx, fn.__closure__[i], src)
         gsrc = globals_source_fn(tx, fn.__globals__, self.source)
         return tx.inline_call(code, fn.__globals__, gsrc, bound, cells, fn.__qualname__)
 
     def _repr_value(self):
         return self.value.__qualname__
+
+
+def closure_cell(tx, real_cell, source):
+    """The tracker of ``real_cell``, a closure cell that existed before the trace: one per cell
+    object, so a store made through one function is read through every other sharing it. The
+    guards on those functions' identities pin which cells they have; not so the compiled
+    frame's own cells (ClosureSource: other closures of the same code share the cache entry),
+    so a cell reached both ways may be read, never stored to."""
+    known = tx.output.closure_cells
+    var = known.get(id(real_cell))
+    if var is None:
+        var = known[id(real_cell)] = CellVariable(real_cell=real_cell, source=source, pre_existing=True)
+    elif isinstance(var.source, ClosureSource) != isinstance(source, ClosureSource):
+        if var.written:
+            raise Unsupported("a closure cell of the compiled function, stored to, is shared with "
+                              "a function it calls")
+        var.shared = True
+    return var
 
 
 class UserMethodVariable(VariableTracker):
@@ -144,6 +176,13 @@ class UserMethodVariable(VariableTracker):
     def call_function(self, tx, args, kwargs):
         return UserFunctionVariable(self.fn, self.source).call_function(tx, [self.obj, *args], kwargs)
 
+    def var_getattr(self, tx, name):
+        if name == "__func__":
+            return UserFunctionVariable(self.fn, self.source)
+        if name == "__self__":
+            return self.obj
+        return UserFunctionVariable(self.fn, self.source).var_getattr(tx, name)
+
     def reconstruct(self, codegen):
         raise Unsupported("a bound method cannot be returned from compiled code")
 
@@ -156,12 +195,27 @@ class NestedUserFunctionVariable(VariableTracker):
     comprehensions). Its closure cells are the creating frame's CellVariables."""
 
     def __init__(self, code, f_globals, globals_source, defaults=None, kwdefaults=None,
-                 closure=None):
+                 closure=None, annotations=None):
         super().__init__(None)
         self.code, self.f_globals, self.globals_source = code, f_globals, globals_source
         self.defaults = defaults.items if defaults is not None else []
         self.kwdefaults = kwdefaults.items if kwdefaults is not None else {}
         self.closure = closure.items if closure is not None else []
+        self.annotations = annotations
+        self.attrs = {}  # attributes functools.update_wrapper gave it (stdlib.py)
+
+    def var_getattr(self, tx, name):
+        """Attributes update_wrapper set, and the names its code gives it; others refused."""
+        from .constant import ConstantVariable
+        if name in self.attrs:
+            if self.attrs[name] is None:
+                raise Unsupported(f"attribute {name!r} copied by functools.wraps is not modelled")
+            return self.attrs[name]
+        if name in ("__name__", "__qualname__"):
+            return ConstantVariable(self.code.co_name if name == "__name__" else self.code.co_qualname)
+        if name == "__module__":
+            return ConstantVariable(self.f_globals.get("__name__"))
+        raise Unsupported(f"attribute {name!r} of a function made while tracing")
 
     def python_type(self):
         return types.FunctionType
@@ -181,10 +235,40 @@ class NestedUserFunctionVariable(VariableTracker):
                               self.code.co_qualname)
 
     def reconstruct(self, codegen):
-        raise Unsupported("a function created in traced code cannot be returned yet")
+        """The function MAKE_FUNCTION would have made: same code, globals, defaults, and the
+        cells (those made in the trace are made anew, holding their final contents)."""
+        from .constant import ConstantVariable
+        from .dicts import DictVariable
+        if self.attrs:
+            raise Unsupported(f"{self.code.co_qualname}, given attributes by functools.wraps, "
+                              "cannot be rebuilt at run time")
+        annotations = None
+        if self.annotations is not None:
+            if not self.annotations.is_python_constant():
+                raise Unsupported(f"annotations of {self.code.co_qualname} are not constants")
+            annotations = self.annotations.as_python_constant()
+        codegen.append_push_null()
+        codegen.load_const(make_function)
+        codegen.load_const(self.code)
+        codegen.load_const(self.f_globals)
+        codegen(TupleVariable(self.defaults) if self.defaults else ConstantVariable(None))
+        codegen(DictVariable(self.kwdefaults) if self.kwdefaults else ConstantVariable(None))
+        codegen(TupleVariable(self.closure) if self.closure else ConstantVariable(None))
+        codegen.load_const(annotations)
+        codegen.append_call(6)
 
     def _repr_value(self):
         return self.code.co_qualname
+
+
+def make_function(code, f_globals, defaults, kwdefaults, closure, annotations):
+    """What MAKE_FUNCTION makes (generated code calls it to rebuild a function of the trace)."""
+    fn = types.FunctionType(code, f_globals, code.co_name, defaults, closure)
+    if kwdefaults:
+        fn.__kwdefaults__ = kwdefaults
+    if annotations:
+        fn.__annotations__ = dict(zip(annotations[::2], annotations[1::2]))
+    return fn
 
 
 class GeneratorVariable(VariableTracker):
@@ -194,21 +278,47 @@ class GeneratorVariable(VariableTracker):
     def __init__(self, gen_tx):
         super().__init__(None)
         self.gen_tx = gen_tx
+        # a polyfill's generator stands for a C iterator: its type is set by whoever knows it
+        polyfill = gen_tx.f_globals.get("__name__") == "pydynamo.polyfills"
+        self.python_cls = None if polyfill else types.GeneratorType
 
     def python_type(self):
-        return types.GeneratorType
+        if self.python_cls is None:
+            raise Unsupported("the type of an iterator of the standard library's internals")
+        return self.python_cls
 
     def truth(self, tx):
         return True
 
-    def next_item(self, tx):
-        """The next yielded tracker, or None when the generator has returned."""
+    def next_item(self, tx, transparent=False):
+        """The next yielded tracker, or None when the generator has returned. An exception it
+        raises goes on to the trace's handlers only where Python passes it on unchanged
+        (``transparent``: FOR_ITER, next(), yield from; see ``next_item`` below): a model of a
+        builtin consuming the generator may stop early or keep partial results in C."""
         g = self.gen_tx
         if g.finished:
             return None
-        g.done = False
-        g.run()
+        g.done, g.consumer = False, tx
+        try:
+            g.run()
+        except ExceptionRaised as e:
+            g.finished = True  # a generator that raised is done
+            if issubclass(e.var.python_type(), StopIteration):
+                raise Unsupported("StopIteration raised inside a generator (Python turns it "
+                                  "into a RuntimeError)") from None
+            if not transparent:
+                raise e.opaque(f"generator {g.code.co_qualname}, consumed by an operation "
+                               "pydynamo models") from None
+            raise
+        except Unsupported:
+            g.failed = True  # stopped mid-instruction: unusable if someone goes on
+            raise
         return None if g.finished else g.result
+
+    def return_value(self):
+        """What the generator returned (the value of ``yield from`` it), once finished."""
+        from .constant import ConstantVariable
+        return self.gen_tx.result if self.gen_tx.finished else ConstantVariable(None)
 
     def unpack_var_sequence(self, tx):
         items = []
@@ -221,3 +331,22 @@ class GeneratorVariable(VariableTracker):
 
     def _repr_value(self):
         return self.gen_tx.code.co_qualname
+
+
+def next_item(tx, it):
+    """The next item of iterator ``it`` for FOR_ITER, next() and ``yield from``, which pass a
+    generator's exception on unchanged (None when exhausted)."""
+    if isinstance(it, GeneratorVariable):
+        return it.next_item(tx, transparent=True)
+    return it.next_item(tx)
+
+
+def check_suspended_generators(output):
+    """Python closes a generator once nothing refers to it: one suspended inside try/finally
+    or a `with` block then runs that code, which the trace does not. Refused."""
+    for g in output.generators:
+        if getattr(g, "failed", False):
+            raise Unsupported(f"generator {g.code.co_qualname} stopped by an unsupported operation")
+        if g.steps and not g.finished and bu.exception_exits(g.code)[g.ip - 1] != 0:
+            raise Unsupported(f"generator {g.code.co_qualname} is left suspended inside a "
+                              "try or with block (closing it runs code the trace does not see)")

@@ -1,4 +1,6 @@
-"""Sequences: tuples, lists, torch.Size, range, slices, and list iterators (FOR_ITER)."""
+"""Sequences: tuples, lists, torch.Size, range, slices, list iterators (FOR_ITER), and
+collections.deque."""
+import collections
 import types
 
 import torch
@@ -43,7 +45,19 @@ class BaseListVariable(VariableTracker):
                 return self._new(self.items[key])
             return self.items[key]
         except (IndexError, TypeError) as e:
+            self._raise_like(lambda seq: seq[key])
             raise Unsupported(f"{self.python_cls.__name__} index {key!r}: {e}") from None
+
+    def _raise_like(self, op):
+        """Raise in the trace what ``op`` raises on a real list or tuple of this length (the
+        same exception and message as Python's); nothing for other sequence types."""
+        cls = self.python_type()
+        if cls in (list, tuple):
+            try:
+                op(cls(range(len(self.items))))
+            except (IndexError, TypeError, ValueError) as e:
+                from .exceptions import raise_exception
+                raise_exception(e)
 
     def call_method(self, tx, name, args, kwargs):
         if kwargs:
@@ -54,7 +68,7 @@ class BaseListVariable(VariableTracker):
             return ConstantVariable(len(self.items))
         if name in ("index", "count") and self.is_python_constant():
             from .builtin import fold
-            return fold(getattr(self.as_python_constant(), name), args)
+            return fold(getattr(self.as_python_constant(), name), args, exact=True)
         if name == "__contains__" and len(args) == 1:
             return contains(tx, self.items, args[0])
         raise Unsupported(f"{self.python_cls.__name__}.{name}")
@@ -117,6 +131,11 @@ class TupleVariable(BaseListVariable):
         fields = tuple_fields(self.tuple_cls)
         if fields and name in fields:
             return self.items[fields.index(name)]
+        if self.tuple_cls.__flags__ & (1 << 9) and tuple_fields(self.tuple_cls) is not None:
+            from .user_defined import namedtuple_attribute  # a namedtuple class's own methods
+            found = namedtuple_attribute(tx, self, name)
+            if found is not None:
+                return found
         return super().var_getattr(tx, name)
 
     def reconstruct(self, codegen):
@@ -181,7 +200,23 @@ class ListVariable(BaseListVariable):
         handler = getattr(self, f"_method_{name.strip('_')}", None) if hasattr(list, name) else None
         if handler is not None and not kwargs:
             return call_model(handler, tx, args, {}, f"list.{name}")
+        if name == "sort" and self.python_cls is list:
+            return call_model(self._sort, tx, args, kwargs, "list.sort")
         return super().call_method(tx, name, args, kwargs)
+
+    def _sort(self, tx, *, key=None, reverse=None):
+        """sorted() of the items, stored back; the list reads as empty while its key function
+        runs, as in CPython."""
+        from .builtin import call_builtin
+        items, self.items = self.items, []
+        self._mutate(tx)
+        kwargs = {k: v for k, v in (("key", key), ("reverse", reverse)) if v is not None}
+        try:
+            self.items = call_builtin(tx, sorted, [ListVariable(items)], kwargs).items
+        except BaseException:
+            self.items = items
+            raise
+        return ConstantVariable(None)
 
     def _method_append(self, tx, item):
         self._mutate(tx)
@@ -205,8 +240,7 @@ class ListVariable(BaseListVariable):
 
     def _method_pop(self, tx, index=None):
         i = -1 if index is None else _const_index(tx, index)
-        if not self.items:
-            raise Unsupported("pop from an empty list")
+        self._raise_like(lambda seq: seq.pop(i))
         self._mutate(tx)
         return self.items.pop(i)
 
@@ -319,9 +353,30 @@ class ListIteratorVariable(VariableTracker):
     def truth(self, tx):
         return True
 
+    def var_getattr(self, tx, name):
+        return iterator_attribute(self, name)
+
+    def call_method(self, tx, name, args, kwargs):
+        return iterator_method(tx, self, name, args, kwargs)
+
     def reconstruct(self, codegen):
         codegen(TupleVariable(self.items[self.index:]))
         codegen.append_get_iter()
+
+
+def iterator_attribute(it, name):
+    """``it.__next__`` / ``it.__iter__`` of an iterator tracker (heapq.merge reads them)."""
+    from .base import GetAttrVariable
+    if name in ("__next__", "__iter__"):
+        return GetAttrVariable(it, name)
+    raise Unsupported(f"attribute {name!r} of an iterator")
+
+
+def iterator_method(tx, it, name, args, kwargs):
+    from .builtin import call_builtin
+    if name in ("__next__", "__iter__") and not args and not kwargs:
+        return call_builtin(tx, next if name == "__next__" else iter, [it], {})
+    raise Unsupported(f"method {name!r} of an iterator")
 
 
 # Builtin iterables whose iterator type is that of their base (when they keep its __iter__ or
@@ -357,3 +412,119 @@ def iterator_type(var, reverse=False):
             except TypeError:
                 return None
     return None
+
+
+class DequeVariable(ListVariable):
+    """A ``collections.deque``: a list of items with an optional ``maxlen`` (an append past it
+    drops an item from the other end). Indexes are ints only: a deque has no slices."""
+
+    python_cls = collections.deque
+
+    def __init__(self, items, maxlen=None, source=None):
+        super().__init__(items, source)
+        self.maxlen = maxlen
+
+    def as_python_constant(self):
+        return collections.deque([item.as_python_constant() for item in self.items], self.maxlen)
+
+    def var_getattr(self, tx, name):
+        if name == "maxlen":
+            return ConstantVariable(self.maxlen)
+        return super().var_getattr(tx, name)
+
+    def call_method(self, tx, name, args, kwargs):
+        handler = getattr(self, f"_method_{name.strip('_')}", None) if hasattr(collections.deque, name) else None
+        if handler is not None and not kwargs and name not in ("__getitem__", "__len__", "__contains__"):
+            return call_model(handler, tx, args, {}, f"deque.{name}")
+        if name == "__getitem__" and len(args) == 1 and not isinstance(_const_index(tx, args[0]), int):
+            raise Unsupported("TypeError: deque indices must be integers")
+        if name in ("__getitem__", "__len__", "__contains__", "index", "count"):
+            return BaseListVariable.call_method(self, tx, name, args, kwargs)
+        raise Unsupported(f"deque.{name}")
+
+    def _full(self):
+        return self.maxlen is not None and len(self.items) > self.maxlen
+
+    def _method_append(self, tx, item):
+        super()._method_append(tx, item)
+        if self._full():
+            self.items.pop(0)
+        return ConstantVariable(None)
+
+    def _method_appendleft(self, tx, item):
+        self._mutate(tx)
+        self.items.insert(0, item)
+        if self._full():
+            self.items.pop()
+        return ConstantVariable(None)
+
+    def _method_extend(self, tx, other):
+        for item in other.unpack_var_sequence(tx):  # of a copy, where other is the deque itself
+            self._method_append(tx, item)
+        return ConstantVariable(None)
+
+    def _method_extendleft(self, tx, other):
+        for item in other.unpack_var_sequence(tx):
+            self._method_appendleft(tx, item)
+        return ConstantVariable(None)
+
+    def _method_pop(self, tx):
+        if not self.items:
+            raise Unsupported("IndexError: pop from an empty deque")
+        self._mutate(tx)
+        return self.items.pop()
+
+    def _method_popleft(self, tx):
+        if not self.items:
+            raise Unsupported("IndexError: pop from an empty deque")
+        self._mutate(tx)
+        return self.items.pop(0)
+
+    def _method_rotate(self, tx, n=None):
+        steps = 1 if n is None else _const_index(tx, n)
+        if type(steps) is not int:
+            raise Unsupported("deque.rotate() of a non-int")
+        self._mutate(tx)
+        if self.items:
+            steps %= len(self.items)
+            self.items[:] = self.items[len(self.items) - steps:] + self.items[:len(self.items) - steps]
+        return ConstantVariable(None)
+
+    def _method_insert(self, tx, index, item):
+        if self.maxlen is not None and len(self.items) >= self.maxlen:
+            raise Unsupported("IndexError: deque already at its maximum size")
+        return super()._method_insert(tx, index, item)
+
+    def _method_remove(self, tx, value):
+        if not (value.is_python_constant() and all(i.is_python_constant() for i in self.items)):
+            raise Unsupported("deque.remove() of values that are not constants")
+        values = [i.as_python_constant() for i in self.items]
+        if value.as_python_constant() not in values:
+            raise Unsupported("ValueError: deque.remove(x): x not in deque")
+        self._mutate(tx)
+        del self.items[values.index(value.as_python_constant())]
+        return ConstantVariable(None)
+
+    def _method_setitem(self, tx, index, value):
+        if type(_const_index(tx, index)) is not int:
+            raise Unsupported("TypeError: deque indices must be integers")
+        return super()._method_setitem(tx, index, value)
+
+    def _method_delitem(self, tx, index):
+        if type(_const_index(tx, index)) is not int:
+            raise Unsupported("TypeError: deque indices must be integers")
+        return super()._method_delitem(tx, index)
+
+    def _method_copy(self, tx):
+        return DequeVariable(self.items, self.maxlen)
+
+    def reconstruct(self, codegen):
+        if self.source is not None:
+            return self.source.reconstruct(codegen)
+        codegen.append_push_null()
+        codegen.load_const(collections.deque)
+        for item in self.items:
+            codegen(item)
+        codegen.append_build(list, len(self.items))
+        codegen.load_const(self.maxlen)
+        codegen.append_call(2)

@@ -53,6 +53,11 @@ class NNModuleVariable(VariableTracker):
         d = mod.__dict__
         if name in d:
             return wrap_value(tx, d[name], src)
+        if name in _TREE_METHODS and _is_torch_method(type(mod), name):
+            if src is not None:
+                tx.output.guards.ID_MATCH(AttrSource(src, "__func__"), getattr(torch.nn.Module, name))
+            from .base import GetAttrVariable
+            return GetAttrVariable(self, name)  # called: call_method models it
         for table in ("_parameters", "_buffers", "_modules"):
             if name in d.get(table, {}):
                 member = ModuleMemberSource(self.source, table, name) if self.source is not None else None
@@ -102,26 +107,19 @@ class NNModuleVariable(VariableTracker):
         if isinstance(self.module, _CONTAINERS) and name in _CONTAINER_METHODS and \
                 _torch_container_method(type(self.module), name):
             return _call_container_method(self, tx, _CONTAINER_METHODS[name], name, args, kwargs)
-        if name in ("children", "named_children") and not args and not kwargs:
-            items = [(k, m) for k, m in self._children_any(tx)]
-            if name == "children":
-                return ListIteratorVariable([self._child_by_attr(tx, k, m) for k, m in items],
-                                            types.GeneratorType)
-            return ListIteratorVariable([TupleVariable([ConstantVariable(k), self._child_by_attr(tx, k, m)])
-                                         for k, m in items], types.GeneratorType)
-        if name in ("parameters", "named_parameters", "buffers", "named_buffers"):
-            raise Unsupported(f"nn.Module.{name}() while tracing")
+        if name in _TREE_METHODS and _is_torch_method(type(self.module), name):
+            return _tree_method(self, tx, name, args, kwargs)
         return self.var_getattr(tx, name).call_function(tx, args, kwargs)
 
-    def _children_any(self, tx):
-        modules = self.module._modules
-        if self.source is not None:
-            tx.output.guards.DICT_KEYS(self._src("_modules"), modules)
-        return list(modules.items())
-
-    def _child_by_attr(self, tx, key, module):
+    def _members(self, tx, table):
+        """(key, tracker) of ``_parameters`` / ``_buffers`` / ``_modules``, guarding the keys;
+        members are read like ``self.<key>`` (same sources, so the same graph inputs)."""
         from .builder import wrap_value
-        return wrap_value(tx, module, self._src(key))
+        members = self.module.__dict__[table]
+        if self.source is not None:
+            tx.output.guards.DICT_KEYS(self._src(table), members)
+        return [(k, wrap_value(tx, v, ModuleMemberSource(self.source, table, k) if self.source is not None else None))
+                for k, v in members.items()]
 
     def reconstruct(self, codegen):
         if self.source is None:
@@ -130,6 +128,88 @@ class NNModuleVariable(VariableTracker):
 
     def _repr_value(self):
         return type(self.module).__name__
+
+
+# Module methods that walk the module tree. torch's code is generators keeping sets of modules
+# and tensors compared by identity: modelled here (where the class does not override them).
+_TREE_METHODS = ("named_parameters", "parameters", "named_buffers", "buffers", "named_modules",
+                 "modules", "named_children", "children")
+
+
+def _is_torch_method(cls, name):
+    return getattr(cls, name, None) is getattr(torch.nn.Module, name)
+
+
+def _tree_method(self, tx, name, args, kwargs):
+    """``module.<name>(...)`` as torch computes it, as an iterator over the result."""
+    import inspect
+    try:
+        bound = inspect.signature(getattr(torch.nn.Module, name)).bind(
+            None, *[a.as_python_constant() for a in args],
+            **{k: v.as_python_constant() for k, v in kwargs.items()})
+    except TypeError:
+        raise Unsupported(f"nn.Module.{name} with these arguments") from None
+    bound.apply_defaults()
+    opts = bound.arguments
+    if opts.get("memo") is not None:
+        raise Unsupported(f"nn.Module.{name}(memo=...)")
+    if name in ("children", "named_children"):
+        items, seen = [], set()
+        for k, child in self._members(tx, "_modules"):
+            if isinstance(child, NNModuleVariable) and id(child.module) not in seen:
+                seen.add(id(child.module))
+                items.append((k, child))
+    elif name in ("modules", "named_modules"):
+        items = _named_modules(tx, self, opts.get("prefix", ""), opts.get("remove_duplicate", True), set())
+    else:
+        table = "_parameters" if name.endswith("parameters") else "_buffers"
+        items = _named_members(tx, self, table, opts.get("prefix", ""), opts["recurse"],
+                               opts.get("remove_duplicate", True))
+    if name.startswith("named_"):
+        return ListIteratorVariable([TupleVariable([ConstantVariable(k), v]) for k, v in items],
+                                    types.GeneratorType)
+    return ListIteratorVariable([v for _, v in items], types.GeneratorType)
+
+
+def _named_modules(tx, var, prefix, remove_duplicate, memo):
+    """torch's named_modules: depth first, each module once (modules are guarded by identity,
+    so which of them are the same object is pinned)."""
+    if not _is_torch_method(type(var.module), "named_modules"):
+        raise Unsupported(f"{type(var.module).__name__} overrides named_modules")
+    if id(var.module) in memo:
+        return []
+    if remove_duplicate:
+        memo.add(id(var.module))
+    out = [(prefix, var)]
+    for k, child in var._members(tx, "_modules"):
+        if isinstance(child, NNModuleVariable):
+            out += _named_modules(tx, child, prefix + ("." if prefix else "") + k, remove_duplicate, memo)
+    return out
+
+
+def _named_members(tx, var, table, prefix, recurse, remove_duplicate):
+    """torch's _named_members: the parameters (or buffers) of each module, a tensor met twice
+    (tied weights) listed once. Which of them are the same tensor is guarded (ALIASING)."""
+    if not _is_torch_method(type(var.module), "_named_members"):
+        raise Unsupported(f"{type(var.module).__name__} overrides _named_members")
+    modules = _named_modules(tx, var, prefix, remove_duplicate, set()) if recurse else [(prefix, var)]
+    out, seen, sources, values = [], set(), [], []
+    for module_prefix, module in modules:
+        for k, member in module._members(tx, table):
+            value = module.module.__dict__[table][k]
+            if value is None:
+                continue
+            if member.source is not None:
+                sources.append(member.source)
+                values.append(value)
+            if id(value) in seen:
+                continue
+            if remove_duplicate:
+                seen.add(id(value))
+            out.append((module_prefix + ("." if module_prefix else "") + k, member))
+    if remove_duplicate and len(sources) > 1:
+        tx.output.guards.ALIASING(sources, values)
+    return out
 
 
 def _torch_container_method(cls, name):

@@ -1,9 +1,10 @@
-"""Python modules, classes, and instances of user classes (read-only: attribute reads are
-guarded one by one; methods are inlined)."""
+"""Python modules, classes, ``super()``, namedtuples and enums. Instances of user classes are
+in objects.py, the attribute protocol they follow in descriptors.py."""
+import enum
 import inspect
 import types
 
-from ..exc import UnmodelledCallError, Unsupported
+from ..exc import Unsupported
 from ..source import AttrSource, GetItemSource
 from .base import ObjectVariable, VariableTracker
 
@@ -20,6 +21,8 @@ def lookup_class_attr(tx, obj_var, cls, name, src):
     attr = inspect.getattr_static(cls, name, _MISSING)
     if attr is _MISSING:
         return _MISSING
+    if attr is object.__dict__["__class__"]:  # the object is pinned: so is its class
+        return wrap_value(tx, cls, src)
     if isinstance(attr, types.FunctionType):
         fn_src = AttrSource(src, "__func__") if src is not None else None
         if fn_src is not None:
@@ -54,23 +57,58 @@ class PythonModuleVariable(ObjectVariable):
 
 
 class UserDefinedClassVariable(ObjectVariable):
+    """A class. Its attributes are read as Python reads them (``getattr(cls, name)``, guarded
+    where read); calling it creates an instance (objects.construct)."""
+
     def var_getattr(self, tx, name):
         from .builder import wrap_value
-        attr = inspect.getattr_static(self.value, name, _MISSING)
-        if attr is _MISSING:
+        found = inspect.getattr_static(self.value, name, _MISSING)
+        if found is _MISSING:
             raise Unsupported(f"class {self.value.__name__} has no attribute {name!r}")
-        if isinstance(attr, (classmethod, property)):
-            raise Unsupported(f"{type(attr).__name__} {self.value.__name__}.{name}")
+        if _get_runs_python(found):  # reading it would run its __get__ now, at trace time
+            raise Unsupported(f"{self.value.__qualname__}.{name}: a {type(found).__name__} "
+                              "read through the class")
         return wrap_value(tx, getattr(self.value, name), self.attr_source(name))
 
     def call_function(self, tx, args, kwargs):
+        from .objects import construct
         cls = self.value
         if _is_namedtuple_class(cls):
-            return _make_namedtuple(tx, cls, args, kwargs)
-        raise Unsupported(f"creating an instance of {cls.__qualname__} while tracing")
+            return _make_namedtuple(tx, self, args, kwargs)
+        if isinstance(cls, enum.EnumMeta):
+            return _enum_call(tx, self, args, kwargs)
+        if issubclass(cls, BaseException):
+            raise Unsupported(f"creating the exception {cls.__qualname__} while tracing")
+        return construct(tx, self, args, kwargs)
 
     def _repr_value(self):
         return self.value.__qualname__
+
+
+def _get_runs_python(attr):
+    """``type(attr).__get__`` is Python code (a descriptor class of the user's, or of the
+    standard library's Python modules)."""
+    from ..source import type_lookup
+    return isinstance(type_lookup(type(attr), "__get__"), types.FunctionType)
+
+
+def _enum_call(tx, cls_var, args, kwargs):
+    """``Color(value)``: the member lookup of EnumType.__call__, done at trace time on constant
+    arguments (the enum module's own ``_missing_``: no user code runs)."""
+    from .builder import wrap_constant
+    from .descriptors import class_var, type_lookup
+    cls = cls_var.value
+    meta = class_var(type(cls), AttrSource(cls_var.source, "__class__") if cls_var.source else None)
+    call, _ = type_lookup(tx, meta, "__call__")
+    missing_, _ = type_lookup(tx, cls_var, "_missing_")
+    fn = getattr(missing_, "__func__", None)
+    if call is not enum.EnumMeta.__call__ or getattr(fn, "__module__", None) != "enum" \
+            or kwargs or len(args) != 1 or not args[0].is_python_constant():
+        raise Unsupported(f"calling the enum {cls.__qualname__} with these arguments")
+    try:
+        return wrap_constant(cls(args[0].as_python_constant()))
+    except Exception as e:
+        raise Unsupported(f"{cls.__qualname__}({args[0]}) raised {type(e).__name__}: {e}") from None
 
 
 def _is_namedtuple_class(cls):
@@ -83,82 +121,45 @@ def _is_namedtuple_class(cls):
         and not cls.__dictoffset__
 
 
-def _make_namedtuple(tx, cls, args, kwargs):
-    import inspect
-    from .builder import wrap_constant
+def namedtuple_attribute(tx, var, name):
+    """``nt.name`` for a namedtuple tracker: the class's methods, properties, class attributes
+    (guarded where they are found); None for tuple's own C methods."""
+    from .descriptors import class_attribute
+    cls_var = getattr(var, "cls_var", None)
+    if cls_var is None:
+        src = AttrSource(var.source, "__class__") if var.source is not None else None
+        if src is None and var.tuple_cls.__module__.split(".")[0] != "torch":
+            raise Unsupported(f"attribute {name!r} of a {var.tuple_cls.__name__} whose class is not known")
+        cls_var = UserDefinedClassVariable(var.tuple_cls, src)
+    return class_attribute(tx, var, cls_var, name)
+
+
+def _make_namedtuple(tx, cls_var, args, kwargs):
+    """``NT(*args, **kwargs)``: the generated ``__new__``'s arguments, its defaults read (and
+    guarded) where they live."""
+    from .descriptors import type_lookup
+    from .functions import UserFunctionVariable, bind_args
     from .lists import TupleVariable
-    try:
-        bound = inspect.signature(cls.__new__).bind(None, *args, **kwargs)
-    except TypeError as e:
-        raise Unsupported(f"TypeError: {cls.__name__}(): {e}") from None
-    bound.apply_defaults()
-    values = list(bound.arguments.values())[1:]
-    items = [v if isinstance(v, VariableTracker) else wrap_constant(v) for v in values]
-    return TupleVariable(items, tuple_cls=cls)
-
-
-class UserDefinedObjectVariable(VariableTracker):
-    """An instance of a user class; guarded by TYPE_MATCH plus each attribute read."""
-
-    def __init__(self, value, source=None):
-        super().__init__(source)
-        self.value = value
-
-    def python_type(self):
-        return type(self.value)
-
-    def _check_plain(self):
-        cls = type(self.value)
-        if cls.__getattribute__ is not object.__getattribute__ or hasattr(cls, "__getattr__"):
-            raise Unsupported(f"{cls.__qualname__} customizes attribute access")
-
-    def truth(self, tx):
-        cls = type(self.value)
-        if hasattr(cls, "__bool__") or hasattr(cls, "__len__"):
-            raise Unsupported(f"truth value of a {cls.__qualname__} (it defines __bool__/__len__)")
-        return True
-
-    def has_attr(self, tx, name):
-        from .base import guarded_hasattr
-        self._check_plain()
-        return guarded_hasattr(tx, self.value, self.source, name)
-
-    def var_getattr(self, tx, name):
-        from .builder import wrap_value
-        self._check_plain()
-        src = AttrSource(self.source, name) if self.source is not None else None
-        inst_dict = getattr(self.value, "__dict__", {})
-        if name not in inst_dict:
-            found = lookup_class_attr(tx, self, type(self.value), name, src)
-            if found is _MISSING:
-                raise Unsupported(f"{type(self.value).__qualname__} has no attribute {name!r}")
-            if found is not _MISSING_VALUE:
-                return found
-        return wrap_value(tx, getattr(self.value, name), src)
-
-    def call_method(self, tx, name, args, kwargs):
-        cls = type(self.value)
-        if name.startswith("__") and not isinstance(getattr(cls, name, None), types.FunctionType):
-            raise Unsupported(f"{cls.__qualname__}.{name} is not a Python method")
-        return self.var_getattr(tx, name).call_function(tx, args, kwargs)
-
-    def call_function(self, tx, args, kwargs):
-        if not isinstance(getattr(type(self.value), "__call__", None), types.FunctionType):
-            what = getattr(self.value, "__qualname__", None) or type(self.value).__qualname__
-            module = getattr(self.value, "__module__", None) or type(self.value).__module__
-            raise UnmodelledCallError(f"call to {module}.{what}, a C or library function "
-                                      "pydynamo does not model")
-        return self.call_method(tx, "__call__", args, kwargs)
-
-    def _repr_value(self):
-        return type(self.value).__qualname__
+    new, new_src = type_lookup(tx, cls_var, "__new__")
+    fn = new.__func__ if isinstance(new, staticmethod) else new
+    if not isinstance(fn, types.FunctionType):
+        raise Unsupported(f"{cls_var.value.__qualname__}.__new__ is {type(fn).__name__}")
+    fn_var = UserFunctionVariable(fn, AttrSource(new_src, "__func__") if isinstance(new, staticmethod)
+                                  and new_src is not None else new_src)
+    code = fn.__code__
+    bound = bind_args(code, [cls_var, *args], kwargs, lambda i: fn_var._default(tx, i),
+                      lambda n: fn_var._kwdefault(tx, n))
+    var = TupleVariable([bound[n] for n in code.co_varnames[1:code.co_argcount]], tuple_cls=cls_var.value)
+    var.cls_var = cls_var  # its class as the trace read it (namedtuple_attribute)
+    return var
 
 
 class SuperVariable(VariableTracker):
-    """``super(cls, obj)``: attributes are looked up in ``type(obj).__mro__`` after ``cls``.
+    """``super(cls, obj)``: attributes are looked up along ``type(obj).__mro__`` (or ``obj``'s own
+    MRO when ``obj`` is a class) after ``cls``, and bound to ``obj`` as Python binds them.
 
-    A method found there binds to ``obj`` and is inlined like any method; it is guarded by the
-    identity of the function in that class's ``__dict__``, read through ``type(obj).__mro__``.
+    Each class passed is guarded not to have the name (``...__mro__[i].__dict__[name]``), the one
+    that has it by the identity of what it has; builtin classes need no guard.
     """
 
     def __init__(self, cls_var, obj_var):
@@ -169,24 +170,71 @@ class SuperVariable(VariableTracker):
         return super
 
     def var_getattr(self, tx, name):
-        from .functions import UserMethodVariable
-        cls = self.cls_var.as_python_constant()
-        mro = self.obj_var.python_type().__mro__
+        from .descriptors import _IMMUTABLETYPE, attribute_error
+        cls, obj = self.cls_var.as_python_constant(), self.obj_var
+        is_class = isinstance(obj, UserDefinedClassVariable)
+        start = obj.value if is_class else obj.python_type()
+        mro = start.__mro__
         if cls not in mro:
             raise Unsupported(f"super({cls.__name__}, obj): obj is not an instance of {cls.__name__}")
-        for i, klass in enumerate(mro[mro.index(cls) + 1:], mro.index(cls) + 1):
+        start_src = obj.source if is_class else _class_source(obj)
+        for i in range(mro.index(cls) + 1, len(mro)):
+            klass = mro[i]
+            src = None
+            if start_src is not None and not klass.__flags__ & _IMMUTABLETYPE:
+                mro_src = GetItemSource(AttrSource(start_src, "__mro__"), i)
+                src = GetItemSource(AttrSource(mro_src, "__dict__"), name)
             if name not in klass.__dict__:
+                if src is not None:
+                    tx.output.guards.NOT_PRESENT(src)
                 continue
             attr = klass.__dict__[name]
-            if not isinstance(attr, types.FunctionType):
-                raise Unsupported(f"super().{name} is a {type(attr).__name__}, not a method")
-            src = None
-            if self.obj_var.source is not None:
-                mro_src = AttrSource(AttrSource(self.obj_var.source, "__class__"), "__mro__")
-                src = GetItemSource(AttrSource(GetItemSource(mro_src, i), "__dict__"), name)
+            if src is not None:
                 tx.output.guards.ID_MATCH(src, attr)
-            return UserMethodVariable(attr, self.obj_var, src)
-        raise Unsupported(f"super() of {cls.__name__} has no attribute {name!r}")
+            return self._bind(tx, name, attr, src, is_class)
+        raise attribute_error(f"'super' object has no attribute {name!r}")
+
+    def _bind(self, tx, name, attr, src, is_class):
+        from .builder import wrap_value
+        from .descriptors import bind
+        from .functions import UserFunctionVariable, UserMethodVariable
+        from .objects import BuiltinMethodVariable, _is_builtin_new
+        obj = self.obj_var
+        if _is_builtin_new(attr):
+            return BuiltinMethodVariable(attr)
+        if isinstance(attr, staticmethod):
+            return wrap_value(tx, attr.__func__, AttrSource(src, "__func__") if src else None)
+        if isinstance(attr, classmethod) and isinstance(attr.__func__, types.FunctionType):
+            owner = obj if is_class else _class_var(obj)
+            return UserMethodVariable(attr.__func__, owner, AttrSource(src, "__func__") if src else None)
+        if is_class:
+            if isinstance(attr, types.FunctionType):
+                return UserFunctionVariable(attr, src)
+            if not hasattr(type(attr), "__get__"):
+                return wrap_value(tx, attr, src)
+            raise Unsupported(f"super().{name} is a {type(attr).__name__} read through a class")
+        if isinstance(attr, types.FunctionType):
+            return UserMethodVariable(attr, obj, src)
+        if isinstance(obj, UserDefinedObjectVariable):
+            return bind(tx, obj, name, attr, src)
+        if isinstance(attr, (types.MethodDescriptorType, types.WrapperDescriptorType)):
+            return BuiltinMethodVariable(attr, obj)
+        raise Unsupported(f"super().{name} is a {type(attr).__name__}, not a method")
 
     def _repr_value(self):
         return f"super({self.cls_var}, {self.obj_var})"
+
+
+def _class_source(obj):
+    cls_var = getattr(obj, "cls_var", None)
+    if cls_var is not None:
+        return cls_var.source
+    return AttrSource(obj.source, "__class__") if obj.source is not None else None
+
+
+def _class_var(obj):
+    cls_var = getattr(obj, "cls_var", None)
+    return cls_var if cls_var is not None else UserDefinedClassVariable(obj.python_type(), _class_source(obj))
+
+
+from .objects import UserDefinedObjectVariable  # noqa: E402,F401  (re-exported: builder, builtin)

@@ -1,0 +1,356 @@
+"""C functions and classes of the standard library that run as their pure-Python references
+(pydynamo/polyfills.py), inlined like user code.
+
+``PolyfillVariable`` is the C callable itself (guarded by identity where read from an input,
+rebuilt from its source or as a constant); calling it inlines its polyfill. An iterator class
+(``itertools.chain``) gives the polyfill's generator, which reports the C class as its type.
+A class described by a ``polyfills.Spec`` (``functools.partial``, ``operator.itemgetter``)
+gives a ``SpecInstanceVariable``: a state dict of trackers whose methods are the Spec's.
+"""
+import collections
+import functools
+import operator
+import types
+
+from .. import polyfills
+from ..exc import Unsupported
+from ..source import AttrSource
+from .base import GetAttrVariable, ObjectVariable, VariableTracker
+from .builtin import _KEYWORDS, handles
+
+
+def _key(value):
+    """C callables by identity (never hashing a user's object), a classmethod of a C class
+    (``chain.from_iterable``, a new bound object at each read) by its class and name."""
+    owner = getattr(value, "__self__", None) if isinstance(value, types.BuiltinMethodType) else None
+    return (id(owner), value.__name__) if isinstance(owner, type) else id(value)
+
+
+_BY_KEY = {_key(fn): (fn, impl) for fn, impl in polyfills.IMPLEMENTATIONS.items()}
+
+
+def polyfill_of(value):
+    """The reference implementation of the C callable ``value``, or None."""
+    key = _key(value)
+    fn, impl = _BY_KEY.get(key, (None, None))
+    return impl if fn is value or (impl is not None and isinstance(key, tuple)) else None
+
+
+def has_polyfill(value):
+    return polyfill_of(value) is not None and value is not enumerate and value is not zip  # builtin.py
+
+
+def inline(tx, fn, args, kwargs):
+    """``fn(*args, **kwargs)`` for a function of polyfills.py, inlined (its globals unguarded)."""
+    from .functions import UserFunctionVariable
+    return UserFunctionVariable(fn).call_function(tx, list(args), dict(kwargs))
+
+
+def _in_polyfills(tx):
+    return tx.f_globals is vars(polyfills)
+
+
+def call_polyfill(tx, fn, args, kwargs):
+    """``fn(*args, **kwargs)`` for a C callable with a polyfill."""
+    from .functions import GeneratorVariable
+    impl = polyfill_of(fn)
+    if isinstance(impl, type) and issubclass(impl, polyfills.Spec):
+        state = inline(tx, impl.new, args, kwargs)
+        return SpecInstanceVariable(fn, impl, dict(state.items))
+    result = inline(tx, impl, args, kwargs)
+    if isinstance(result, GeneratorVariable):
+        owner = getattr(fn, "__self__", None)  # chain.from_iterable makes a chain
+        result.python_cls = fn if isinstance(fn, type) else owner
+    return result
+
+
+class PolyfillVariable(ObjectVariable):
+    def call_function(self, tx, args, kwargs):
+        return call_polyfill(tx, self.value, args, kwargs)
+
+    def var_getattr(self, tx, name):
+        from .builder import wrap_value
+        try:
+            attr = getattr(self.value, name)  # attributes of C types and functions are read-only
+        except AttributeError:
+            raise Unsupported(f"{self.value!r} has no attribute {name!r}") from None
+        if has_polyfill(attr):
+            return PolyfillVariable(attr, self.attr_source(name))
+        return wrap_value(tx, attr, self.attr_source(name))
+
+    def _repr_value(self):
+        return getattr(self.value, "__qualname__", repr(self.value))
+
+
+class SpecInstanceVariable(VariableTracker):
+    """An instance of the C class ``cls`` described by ``spec`` (a polyfills.Spec): ``state``
+    maps attribute names to trackers. Attributes whose name starts with an underscore are
+    private to the Spec's methods (the C object has no such attribute). Read from an input, it
+    is that object (``source``); made in the trace, it is rebuilt at run time as
+    ``cls(*args, **kwargs)`` from its state, as the Spec's ``rebuild`` says."""
+
+    def __init__(self, cls, spec, state, source=None):
+        super().__init__(source)
+        self.cls, self.spec, self.state = cls, spec, state
+
+    def python_type(self):
+        return self.cls
+
+    def truth(self, tx):
+        return True
+
+    def has_attr(self, tx, name):
+        return name in self.state and not name.startswith("_") or hasattr(self.cls, name)
+
+    def var_getattr(self, tx, name):
+        if name in self.state and (not name.startswith("_") or _in_polyfills(tx)):
+            return self.state[name]
+        if callable(vars(self.spec).get(name)) and name != "new":
+            return GetAttrVariable(self, name)
+        raise Unsupported(f"attribute {name!r} of a {self.cls.__qualname__} object")
+
+    def call_function(self, tx, args, kwargs):
+        return self.call_method(tx, "__call__", args, kwargs)
+
+    def call_method(self, tx, name, args, kwargs):
+        method = vars(self.spec).get(name)
+        if not callable(method) or name == "new":
+            raise Unsupported(f"method {name!r} of a {self.cls.__qualname__} object")
+        return inline(tx, method, [self, *args], kwargs)
+
+    def reconstruct(self, codegen):
+        if self.source is not None:
+            return self.source.reconstruct(codegen)
+        args, names, kw_values = [], [], []
+        for entry in self.spec.rebuild:
+            if entry.startswith("**"):
+                for key, value in self.state[entry[2:]].items.items():
+                    names.append(key)
+                    kw_values.append(value)
+            elif entry.startswith("*"):
+                args.extend(self.state[entry[1:]].items)
+            else:
+                args.append(self.state[entry])
+        codegen.append_push_null()
+        codegen.load_const(self.cls)
+        for value in [*args, *kw_values]:
+            codegen(value)
+        codegen.append_call(len(args) + len(kw_values), tuple(names))
+
+    def _repr_value(self):
+        return f"{self.cls.__qualname__} {self.state}"
+
+
+def wrap_spec_instance(tx, value, source):
+    """A functools.partial, operator.itemgetter or attrgetter read from the frame's inputs:
+    a partial's func, args and keywords are read (and guarded) through their attributes; an
+    itemgetter's or attrgetter's items, which cannot change, from ``__reduce__`` under an
+    identity guard."""
+    from .builder import wrap_value
+    cls = type(value)
+    if cls is functools.partial:
+        if source is not None:
+            tx.output.guards.TYPE_MATCH(source, value)
+        state = {name: wrap_value(tx, getattr(value, name), AttrSource(source, name) if source else None)
+                 for name in ("func", "args", "keywords")}
+    elif cls in (operator.itemgetter, operator.attrgetter):
+        if source is not None:
+            tx.output.guards.ID_MATCH(source, value)
+        from .builder import wrap_constant
+        items = value.__reduce__()[1]
+        state = {"_items" if cls is operator.itemgetter else "_attrs": wrap_constant(items)}
+    else:
+        raise Unsupported(f"a {cls.__qualname__} object read from the frame's inputs")
+    return SpecInstanceVariable(cls, polyfill_of(cls), state, source)
+
+
+SPEC_INSTANCE_TYPES = (functools.partial, operator.itemgetter, operator.attrgetter,
+                       operator.methodcaller)
+
+
+@handles(polyfills.refuse)
+def _refuse(tx, reason):
+    raise Unsupported(reason.as_python_constant())
+
+
+@handles(polyfills.made_in_trace)
+def _made_in_trace(tx, obj):
+    from .constant import ConstantVariable
+    return ConstantVariable(isinstance(obj, SpecInstanceVariable) and obj.source is None)
+
+
+@handles(callable)
+def _callable(tx, obj):
+    """``callable(obj)``: whether its type defines ``__call__`` (the tp_call slot)."""
+    from .constant import ConstantVariable
+    if isinstance(obj, GetAttrVariable):  # a method read from an object
+        return ConstantVariable(True)
+    cls = obj.python_type()
+    return ConstantVariable(any("__call__" in vars(k) for k in cls.__mro__))
+
+
+# ---- collections ----------------------------------------------------------------------------
+
+# keyword arguments these C classes take (they have no inspectable signature); None: any
+_KEYWORDS.update({collections.OrderedDict: None, collections.defaultdict: None,
+                  collections.deque: ("iterable", "maxlen")})
+
+
+@handles(collections.OrderedDict)
+def _ordered_dict(tx, mapping=None, /, **kwargs):
+    from .dicts import OrderedDictVariable, items_of
+    items = dict(items_of(tx, mapping)) if mapping is not None else {}
+    items.update(kwargs)
+    return OrderedDictVariable(items)
+
+
+@handles(collections.defaultdict)
+def _default_dict(tx, default_factory=None, mapping=None, /, **kwargs):
+    from .constant import ConstantVariable
+    from .dicts import DefaultDictVariable, items_of
+    factory = default_factory if default_factory is not None else ConstantVariable(None)
+    if not (factory.is_python_constant() and factory.as_python_constant() is None) \
+            and not _callable(tx, factory).value:
+        raise Unsupported("TypeError: first argument must be callable or None")
+    items = dict(items_of(tx, mapping)) if mapping is not None else {}
+    items.update(kwargs)
+    return DefaultDictVariable(items, factory)
+
+
+@handles(collections.deque)
+def _deque(tx, iterable=None, maxlen=None):
+    from .lists import DequeVariable
+    limit = None if maxlen is None else maxlen.as_python_constant()
+    if limit is not None and (type(limit) is not int or limit < 0):
+        raise Unsupported("deque() with a maxlen that is not a non-negative int or None")
+    var = DequeVariable([], limit)
+    if iterable is not None:
+        for item in iterable.unpack_var_sequence(tx):
+            var.items.append(item)
+            if var._full():
+                var.items.pop(0)
+    return var
+
+
+class KeysAre:
+    """A guard: the value is a ``cls`` whose keys are, in iteration order, ``keys`` (same type
+    and value each)."""
+
+    def __init__(self, cls, keys):
+        self.cls, self.keys = cls, tuple(keys)
+
+    def __call__(self, value):
+        from .sets import _identical
+        return type(value) is self.cls and len(value) == len(self.keys) and all(
+            _identical(a, b) for a, b in zip(value, self.keys))
+
+    def __repr__(self):
+        return f"is a {self.cls.__name__} with keys {list(self.keys)!r}"
+
+
+def wrap_collection(tx, value, source):
+    """A deque or OrderedDict read from the frame's inputs: type, length or keys (in order),
+    maxlen, and each item by its own source. (A defaultdict is refused: reading its items
+    with ``d[k]`` in a guard could call its default_factory.)"""
+    from .builder import wrap_value
+    from .constant import is_constant_value
+    from .dicts import OrderedDictVariable
+    from .lists import DequeVariable
+    from ..source import GetItemSource
+    if source is None:
+        raise Unsupported(f"a {type(value).__name__} that is not reachable from the frame's inputs")
+    item = lambda k: wrap_value(tx, value[k], GetItemSource(source, k))  # noqa: E731
+    if type(value) is collections.deque:
+        tx.output.guards.TYPE_MATCH(source, value)
+        tx.output.guards.LEN(source, value)
+        tx.output.guards.EQUALS_MATCH(AttrSource(source, "maxlen"), value.maxlen)
+        return DequeVariable([item(i) for i in range(len(value))], value.maxlen, source)
+    if type(value) is collections.OrderedDict and all(is_constant_value(k) for k in value):
+        check = KeysAre(type(value), value)
+        tx.output.guards.PREDICATE(source, check, f"{source.name()} {check!r}")
+        return OrderedDictVariable({k: item(k) for k in value}, source)
+    raise Unsupported(f"a {type(value).__name__} read from the frame's inputs")
+
+
+COLLECTION_TYPES = (collections.deque, collections.OrderedDict, collections.defaultdict)
+
+
+# ---- functools: wraps, lru_cache ------------------------------------------------------------
+
+@handles(functools.update_wrapper)
+def _update_wrapper(tx, wrapper, wrapped, assigned=None, updated=None):
+    """``functools.update_wrapper`` (what ``functools.wraps`` calls) on a function made in the
+    trace: the attributes it copies are kept on the tracker (such a function is then never
+    rebuilt at run time); ``__annotations__``, ``__type_params__`` and the ``__dict__`` entries
+    are not copied, and reading them from the wrapper is refused."""
+    from .builtin import has_attr
+    from .functions import NestedUserFunctionVariable
+    if not isinstance(wrapper, NestedUserFunctionVariable):
+        raise Unsupported(f"functools.update_wrapper on {wrapper}")
+    names = functools.WRAPPER_ASSIGNMENTS if assigned is None else assigned.as_python_constant()
+    for name in names:
+        if name in ("__annotations__", "__type_params__"):
+            wrapper.attrs[name] = None
+        elif has_attr(tx, wrapped, name):
+            wrapper.attrs[name] = tx.getattr(wrapped, name)
+    for name in functools.WRAPPER_UPDATES if updated is None else updated.as_python_constant():
+        if name != "__dict__":
+            raise Unsupported(f"functools.update_wrapper(updated={name!r})")
+    wrapper.attrs["__wrapped__"] = wrapped
+    return wrapper
+
+
+class LruCacheVariable(ObjectVariable):
+    """A ``functools.lru_cache`` wrapper (guarded by identity). A call runs the wrapped function
+    inlined, which gives the cached value only for a pure function; so the call is refused
+    unless its arguments are constants, its result an immutable constant, and the inlined call
+    read nothing but functions, classes and modules (no data a later call could see changed:
+    a cache holds what the first call computed) and had no effect (no graph op, no side
+    effect)."""
+
+    def var_getattr(self, tx, name):
+        from .builder import wrap_value
+        if name == "__wrapped__":
+            return wrap_value(tx, self.value.__wrapped__, self.attr_source(name))
+        raise Unsupported(f"attribute {name!r} of an lru_cache wrapper")
+
+    def call_function(self, tx, args, kwargs):
+        from .builder import wrap_value
+        from ..guards import GuardBuilder
+        for arg in [*args, *kwargs.values()]:
+            if not _immutable_constant(arg):
+                raise Unsupported(f"an lru_cache'd function called with {arg}")
+        out = tx.output
+        nodes, effects = len(out.graph.nodes), _effects(out)
+        guards, known, mutable = out.guards, out.tracked_sources, out.mutable_objects
+        out.guards, out.tracked_sources, out.mutable_objects = GuardBuilder(), {}, {}
+        try:  # fresh guards and source caches: every read of the call shows as a new guard
+            fn = wrap_value(tx, self.value.__wrapped__, self.attr_source("__wrapped__"))
+            result = fn.call_function(tx, args, kwargs)
+            new_checks = out.guards._checks
+        finally:
+            out.guards, out.tracked_sources, out.mutable_objects = guards, known, mutable
+        for key, check in new_checks.items():
+            if check.kind not in ("ID_MATCH", "NOT_PRESENT"):
+                raise Unsupported(f"an lru_cache'd function that reads data ({check.text}): "
+                                  "its cached result may not be what a call computes now")
+            guards._checks.setdefault(key, check)
+        after = _effects(out)
+        if len(out.graph.nodes) != nodes or len(after) != len(effects) or any(
+                a[0] != b[0] or a[1] is not b[1] for a, b in zip(after, effects)):
+            raise Unsupported("an lru_cache'd function with graph ops or side effects")
+        if not _immutable_constant(result):
+            raise Unsupported("an lru_cache'd function whose result is not an immutable constant")
+        return result
+
+
+def _effects(output):
+    return list(output.side_effects._effects.items())  # each store makes a new effect tuple
+
+
+def _immutable_constant(var):
+    from .constant import ConstantVariable
+    from .lists import TupleVariable
+    if isinstance(var, TupleVariable) and var.python_type() is tuple:
+        return all(_immutable_constant(v) for v in var.items)
+    return isinstance(var, ConstantVariable)
