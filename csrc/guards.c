@@ -11,8 +11,14 @@
 #include <string.h>
 
 /* STEP_METHOD_FUNC: an ("a", name), ("a", "__func__") pair fused when the steps are parsed: the
- * function `obj.name` binds, read without making the bound method (see read_method_func). */
-enum { ROOT_LOCAL, ROOT_GLOBAL, ROOT_BUILTIN, ROOT_CLOSURE, STEP_ATTR, STEP_ITEM, STEP_METHOD_FUNC };
+ * function `obj.name` binds, read without making the bound method (see read_method_func).
+ * STEP_TYPE_LOOKUP ("t", name): the attribute a class finds along its MRO, as stored there (no
+ * descriptor is called): what CPython's _PyType_Lookup answers, the first step of every
+ * attribute read and special-method call on an instance.
+ * STEP_GENERIC_ATTR ("g", name): object.__getattribute__(v, name), bypassing a Python
+ * __getattribute__ of v's class (how such a class reads its own __dict__). */
+enum { ROOT_LOCAL, ROOT_GLOBAL, ROOT_BUILTIN, ROOT_CLOSURE, STEP_ATTR, STEP_ITEM, STEP_METHOD_FUNC,
+       STEP_TYPE_LOOKUP, STEP_GENERIC_ATTR };
 enum { TYPE_MATCH, ID_MATCH, EQUALS_MATCH, TENSOR_MATCH, DICT_KEYS, LEN, PREDICATE, NOT_PRESENT, ALIASING,
        SHAPE_ENV, EMPTY_ATTRS };
 static const char *const KIND_NAMES[] = {"TYPE_MATCH", "ID_MATCH",  "EQUALS_MATCH", "TENSOR_MATCH", "DICT_KEYS",
@@ -161,6 +167,12 @@ static PyObject *read_step(const Step *step, PyObject *parent, const PydGuardCtx
         return read_attr(parent, step->name);
     case STEP_METHOD_FUNC:
         return read_method_func(parent, step->name);
+    case STEP_GENERIC_ATTR:
+        return PyObject_GenericGetAttr(parent, step->name);
+    case STEP_TYPE_LOOKUP:
+        if (!PyType_Check(parent)) return NULL;
+        v = _PyType_Lookup((PyTypeObject *)parent, step->name); /* borrowed; NULL: not found */
+        break;
     case STEP_ITEM:
         if (PyDict_CheckExact(parent)) {
             v = PyDict_GetItemWithError(parent, step->name);
@@ -517,8 +529,10 @@ static int parse_steps(PyObject *steps, Check *c)
         if (is_root && (k[0] == 'G' || k[0] == 'B') && k[1] == 0) st->kind = k[0] == 'G' ? ROOT_GLOBAL : ROOT_BUILTIN;
         else if (!is_root && k[0] == 'a' && k[1] == 0) st->kind = STEP_ATTR;
         else if (!is_root && k[0] == 'i' && k[1] == 0) st->kind = STEP_ITEM;
+        else if (!is_root && k[0] == 't' && k[1] == 0) st->kind = STEP_TYPE_LOOKUP;
+        else if (!is_root && k[0] == 'g' && k[1] == 0) st->kind = STEP_GENERIC_ATTR;
         else {
-            PyErr_Format(PyExc_ValueError, "GuardSet.add: bad %s step %R (roots: L, G, B, C; then a, i)",
+            PyErr_Format(PyExc_ValueError, "GuardSet.add: bad %s step %R (roots: L, G, B, C; then a, i, t, g)",
                          is_root ? "root" : "chain", s);
             return -1;
         }
