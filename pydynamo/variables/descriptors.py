@@ -255,9 +255,8 @@ def generic_setattr(tx, obj, name, value):
         done = _descriptor_store(tx, obj, name, attr, src, "__set__", [value])
         if done is not None:
             return done
-    if not obj.has_dict():
-        raise Unsupported(f"AttributeError: {obj.python_type().__name__!r} object has no "
-                          f"attribute {name!r} (no instance __dict__)")
+    if not obj.has_dict():  # the class's layout: fixed with it
+        raise missing(tx, obj.python_type(), name)
     obj.store(tx, name, value)
     return ConstantVariable(None)
 
@@ -283,12 +282,12 @@ def _descriptor_store(tx, obj, name, attr, src, which, args):
     if type(attr) is property:
         fn = attr.fset if which == "__set__" else attr.fdel
         if fn is None:
-            raise Unsupported(f"AttributeError: property {name!r} has no "
-                              f"{'setter' if which == '__set__' else 'deleter'}")
+            raise attribute_error(f"property {name!r} of {obj.python_type().__name__!r} object has "
+                                  f"no {'setter' if which == '__set__' else 'deleter'}")
         call_user_function(tx, fn, _attr(src, "fset" if which == "__set__" else "fdel"), [obj, *args])
     elif isinstance(attr, types.MemberDescriptorType) and attr.__objclass__ in obj.python_type().__mro__:
         if which == "__delete__" and obj.slot_lookup(tx, name, must=False) is None:
-            raise Unsupported(f"AttributeError: {name!r} (an empty slot)")
+            raise attribute_error(name)  # an empty slot (guarded so)
         obj.store(tx, name, DELETED if which == "__delete__" else args[0], slot=True)
     elif isinstance(slot, types.FunctionType):
         from .builder import wrap_value

@@ -548,7 +548,8 @@ def _read_input_dict(tx, obj, name, args, kwargs):
     if not present:
         tx.output.guards.NOT_PRESENT(src)
         if name == "__getitem__":
-            raise Unsupported(f"KeyError: {key!r}")
+            from .exceptions import raise_exception
+            raise_exception(KeyError(key))  # its absence is guarded: Python raises it too
         return ConstantVariable(False) if name == "__contains__" else (args[1] if len(args) == 2 else ConstantVariable(None))
     value = wrap_value(tx, dict.__getitem__(obj.value, key), src)
     return ConstantVariable(True) if name == "__contains__" else value
@@ -684,7 +685,8 @@ class InstanceDictVariable(VariableTracker):
             if found is None:
                 if name == "get":
                     return args[1] if len(args) == 2 else ConstantVariable(None)
-                raise Unsupported(f"KeyError: {args[0]}")
+                from .exceptions import raise_exception
+                raise_exception(KeyError(self._key(args[0])))
             return found
         if name == "__setitem__" and len(args) == 2:
             obj.store(tx, self._key(args[0]), args[1])
@@ -692,7 +694,8 @@ class InstanceDictVariable(VariableTracker):
         if name == "__delitem__" and len(args) == 1:
             key = self._key(args[0])
             if not obj.instance_has(tx, key):
-                raise Unsupported(f"KeyError: {key!r}")
+                from .exceptions import raise_exception
+                raise_exception(KeyError(key))
             obj.store(tx, key, DELETED)
             return ConstantVariable(None)
         if not args and name in ("keys", "values", "items", "__len__", "__iter__"):

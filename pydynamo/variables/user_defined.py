@@ -72,8 +72,10 @@ class UserDefinedClassVariable(ObjectVariable):
 
     def call_function(self, tx, args, kwargs):
         from .objects import construct
+        from .descriptors import type_lookup
         cls = self.value
-        if _is_namedtuple_class(cls):
+        if _is_namedtuple_class(cls) and type(cls) is type \
+                and type_lookup(tx, self, "__init__")[0] is object.__init__:  # (__new__: below)
             return _make_namedtuple(tx, self, args, kwargs)
         if isinstance(cls, enum.EnumMeta):
             return _enum_call(tx, self, args, kwargs)
