@@ -99,15 +99,32 @@ class ObjectVariable(VariableTracker):
 
 
 def call_model(handler, tx, args, kwargs, what):
-    """``handler(tx, *args, **kwargs)``, the model of a method: a call the model does not take
-    in that form is refused (the method then runs natively), never half-applied."""
-    import inspect
+    """``handler(tx, *args, **kwargs)``, the model of a method (a function, or one bound to its
+    tracker): a call the model does not take in that form is refused (the method then runs
+    natively), never half-applied."""
+    fn = getattr(handler, "__func__", handler)
+    lead = (handler.__self__,) if fn is not handler else ()
     try:
-        inspect.signature(handler).bind(tx, *args, **kwargs)
+        signature(fn).bind(*lead, tx, *args, **kwargs)
     except TypeError:
         raise Unsupported(f"{what} with {len(args)} positional arguments and keywords "
                           f"{sorted(kwargs)} is not modelled") from None
     return handler(tx, *args, **kwargs)
+
+
+_signatures = {}
+
+
+def signature(fn):
+    """``inspect.signature(fn)``, memoised, for functions that live as long as the process
+    (models, builtins, torch's own; never a user's bound method: the memo would keep its object
+    alive). Raises as inspect.signature does."""
+    try:
+        return _signatures[fn]
+    except KeyError:
+        import inspect
+        sig = _signatures[fn] = inspect.signature(fn)
+        return sig
 
 
 def guarded_hasattr(tx, obj, source, name):

@@ -102,10 +102,10 @@ def check_call_form(fn, handler, args, kwargs):
     """Refuse a call whose arguments the real ``fn`` would not take in that form, or that
     ``handler`` (its model) does not take: a model never drops or reinterprets an argument.
     The call then runs natively and raises Python's own TypeError."""
-    import inspect
+    from .base import signature
     name = getattr(fn, "__name__", repr(fn))
     try:
-        sig = inspect.signature(fn)
+        sig = signature(fn)
     except (TypeError, ValueError):
         allowed = _KEYWORDS.get(fn, ())
         if allowed is not None and any(k not in allowed for k in kwargs):
@@ -116,20 +116,11 @@ def check_call_form(fn, handler, args, kwargs):
         except TypeError as e:
             raise Unsupported(f"TypeError: {name}(): {e}") from None
     try:
-        _signature(handler).bind(None, *args, **kwargs)
+        signature(handler).bind(None, *args, **kwargs)
     except TypeError:
         raise Unsupported(f"{name}() with {len(args)} positional arguments and keywords "
                           f"{sorted(kwargs)} is not modelled") from None
 
-
-_signatures = {}
-
-
-def _signature(handler):
-    import inspect
-    if handler not in _signatures:
-        _signatures[handler] = inspect.signature(handler)
-    return _signatures[handler]
 
 
 def call_builtin(tx, fn, args, kwargs, from_opcode=False):

@@ -12,7 +12,7 @@ import torch
 from ..exc import Unsupported
 from ..guards import nn_module_has_no_hooks, no_global_module_hooks
 from ..source import AttrSource, ModuleMemberSource
-from .base import VariableTracker
+from .base import VariableTracker, call_model
 from .constant import ConstantVariable
 from .lists import ListIteratorVariable, TupleVariable
 from .user_defined import _MISSING, _MISSING_VALUE, lookup_class_attr
@@ -106,7 +106,8 @@ class NNModuleVariable(VariableTracker):
     def call_method(self, tx, name, args, kwargs):
         if isinstance(self.module, _CONTAINERS) and name in _CONTAINER_METHODS and \
                 _torch_container_method(type(self.module), name):
-            return _call_container_method(self, tx, _CONTAINER_METHODS[name], name, args, kwargs)
+            return call_model(types.MethodType(_CONTAINER_METHODS[name], self), tx, args, kwargs,
+                              f"{type(self.module).__name__}.{name}")
         if name in _TREE_METHODS and _is_torch_method(type(self.module), name):
             return _tree_method(self, tx, name, args, kwargs)
         return self.var_getattr(tx, name).call_function(tx, args, kwargs)
@@ -142,9 +143,9 @@ def _is_torch_method(cls, name):
 
 def _tree_method(self, tx, name, args, kwargs):
     """``module.<name>(...)`` as torch computes it, as an iterator over the result."""
-    import inspect
+    from .base import signature
     try:
-        bound = inspect.signature(getattr(torch.nn.Module, name)).bind(
+        bound = signature(getattr(torch.nn.Module, name)).bind(
             None, *[a.as_python_constant() for a in args],
             **{k: v.as_python_constant() for k, v in kwargs.items()})
     except TypeError:
@@ -217,15 +218,6 @@ def _torch_container_method(cls, name):
     inlined like any method)."""
     fn = getattr(cls, name, None)
     return fn is not None and any(fn is getattr(base, name, None) for base in _CONTAINERS)
-
-
-def _call_container_method(self, tx, fn, name, args, kwargs):
-    import inspect
-    try:
-        inspect.signature(fn).bind(self, tx, *args, **kwargs)
-    except TypeError:
-        raise Unsupported(f"{type(self.module).__name__}.{name} with these arguments") from None
-    return fn(self, tx, *args, **kwargs)
 
 
 def _len(self, tx):
