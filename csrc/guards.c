@@ -16,8 +16,10 @@
  * descriptor is called): what CPython's _PyType_Lookup answers, the first step of every
  * attribute read and special-method call on an instance.
  * STEP_GENERIC_ATTR ("g", name): object.__getattribute__(v, name), bypassing a Python
- * __getattribute__ of v's class (how such a class reads its own __dict__). */
-enum { ROOT_LOCAL, ROOT_GLOBAL, ROOT_BUILTIN, ROOT_CLOSURE, STEP_ATTR, STEP_ITEM, STEP_METHOD_FUNC,
+ * __getattribute__ of v's class (how such a class reads its own __dict__).
+ * ROOT_CONST ("K", obj): the object itself, held by the check (a class found as a dict's key, whose
+ * identity another check pinned); what hangs below it guards the object's current state. */
+enum { ROOT_LOCAL, ROOT_GLOBAL, ROOT_BUILTIN, ROOT_CLOSURE, ROOT_CONST, STEP_ATTR, STEP_ITEM, STEP_METHOD_FUNC,
        STEP_TYPE_LOOKUP, STEP_GENERIC_ATTR };
 enum { TYPE_MATCH, ID_MATCH, EQUALS_MATCH, TENSOR_MATCH, DICT_KEYS, LEN, PREDICATE, NOT_PRESENT, ALIASING,
        SHAPE_ENV, EMPTY_ATTRS };
@@ -29,7 +31,7 @@ static const char *const KIND_NAMES[] = {"TYPE_MATCH", "ID_MATCH",  "EQUALS_MATC
 typedef struct {
     int kind;
     Py_ssize_t index;  /* ROOT_LOCAL, ROOT_CLOSURE */
-    PyObject *name;    /* ROOT_GLOBAL, ROOT_BUILTIN, STEP_ATTR (str); STEP_ITEM (key) */
+    PyObject *name;    /* ROOT_GLOBAL, ROOT_BUILTIN, STEP_ATTR (str); STEP_ITEM (key); ROOT_CONST (the object) */
 } Step;
 
 #define ANY_SIZE INT64_MIN
@@ -158,6 +160,9 @@ static PyObject *read_step(const Step *step, PyObject *parent, const PydGuardCtx
         break;
     case ROOT_BUILTIN:
         v = ctx->builtins ? PyDict_GetItemWithError(ctx->builtins, step->name) : NULL;
+        break;
+    case ROOT_CONST:
+        v = step->name;
         break;
     case ROOT_CLOSURE:
         if (ctx->closure && step->index < PyTuple_GET_SIZE(ctx->closure))
@@ -527,16 +532,17 @@ static int parse_steps(PyObject *steps, Check *c)
             continue;
         }
         if (is_root && (k[0] == 'G' || k[0] == 'B') && k[1] == 0) st->kind = k[0] == 'G' ? ROOT_GLOBAL : ROOT_BUILTIN;
+        else if (is_root && k[0] == 'K' && k[1] == 0) st->kind = ROOT_CONST;
         else if (!is_root && k[0] == 'a' && k[1] == 0) st->kind = STEP_ATTR;
         else if (!is_root && k[0] == 'i' && k[1] == 0) st->kind = STEP_ITEM;
         else if (!is_root && k[0] == 't' && k[1] == 0) st->kind = STEP_TYPE_LOOKUP;
         else if (!is_root && k[0] == 'g' && k[1] == 0) st->kind = STEP_GENERIC_ATTR;
         else {
-            PyErr_Format(PyExc_ValueError, "GuardSet.add: bad %s step %R (roots: L, G, B, C; then a, i, t, g)",
+            PyErr_Format(PyExc_ValueError, "GuardSet.add: bad %s step %R (roots: L, G, B, C, K; then a, i, t, g)",
                          is_root ? "root" : "chain", s);
             return -1;
         }
-        if (st->kind != STEP_ITEM && !PyUnicode_Check(arg)) {
+        if (st->kind != STEP_ITEM && st->kind != ROOT_CONST && !PyUnicode_Check(arg)) {
             PyErr_Format(PyExc_TypeError, "GuardSet.add: step %R needs a str name", s);
             return -1;
         }
@@ -662,6 +668,7 @@ static int same_step(const Step *a, const Step *b)
 {
     if (a->kind != b->kind) return 0;
     if (a->kind == ROOT_LOCAL || a->kind == ROOT_CLOSURE) return a->index == b->index;
+    if (a->kind == ROOT_CONST) return a->name == b->name;
     if (Py_TYPE(a->name) != Py_TYPE(b->name)) return 0;
     int r = PyObject_RichCompareBool(a->name, b->name, Py_EQ);
     if (r < 0) PyErr_Clear();

@@ -45,6 +45,7 @@ The first step is the root:
 * ``("G", name)`` a global of the frame (missing: the check fails)
 * ``("B", name)`` a builtin of the frame
 * ``("C", i)``  the contents of closure cell ``i`` (``co_freevars[i]``)
+* ``("K", obj)`` the object ``obj`` itself, held by the check (a dict key known by identity)
 
 then any number of ``("a", name)`` (``getattr``), ``("i", key)`` (``obj[key]``), ``("t", name)``
 and ``("g", name)`` steps; ``("t", name)`` reads a class's attribute as its MRO stores it, without

@@ -9,7 +9,7 @@ import functools as _functools
 
 from . import _C, config, logs
 from .backends import list_backends, lookup_backend, register_backend
-from .eval_frame import OptimizedModule, disable, optimize, run_only
+from .eval_frame import OptimizedModule, assume_constant_result, disable, optimize, run_only
 from .explain import ExplainOutput, explain
 from .shapes import mark_dynamic, mark_static
 
@@ -57,5 +57,5 @@ def _clear_shape_env_caches():
         cache.clear()
 
 
-__all__ = ["optimize", "compile", "disable", "reset", "explain", "ExplainOutput", "run_only", "list_backends", "register_backend",
+__all__ = ["optimize", "compile", "disable", "assume_constant_result", "reset", "explain", "ExplainOutput", "run_only", "list_backends", "register_backend",
            "OptimizedModule", "config", "mark_dynamic", "mark_static"]

@@ -121,6 +121,15 @@ def disable(fn=None, recursive=True):
     return _fn
 
 
+def assume_constant_result(fn):
+    """Mark ``fn`` as returning the same constant whenever it is called with the same constant
+    arguments (as ``torch._dynamo.assume_constant_result`` does, and libraries such as
+    transformers mark their feature probes): the trace calls it once, for real, and puts its
+    result in the compiled code, without guarding what it read. The promise is the user's."""
+    fn._dynamo_marked_constant = True  # the attribute torch.compile and libraries use
+    return fn
+
+
 def innermost_fn(fn):
     """The user's function under any number of pydynamo wrappers."""
     while hasattr(fn, "_pydynamo_orig_fn"):

@@ -24,6 +24,13 @@ class Check(NamedTuple):
 
 
 def _describe(obj):
+    try:
+        return _describe_object(obj)
+    except Exception:  # noqa: BLE001 - a module's __getattr__ may raise anything
+        return f"<{type(obj).__name__} object at {id(obj):#x}>"
+
+
+def _describe_object(obj):
     if isinstance(obj, type):
         return f"<class {obj.__module__}.{obj.__qualname__}>"
     if hasattr(obj, "__qualname__"):

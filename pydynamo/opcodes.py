@@ -68,8 +68,12 @@ _COMPARE = {"LT": operator.lt, "LE": operator.le, "EQ": operator.eq, "NE": opera
 def store_attr(tx, obj, name, value):
     """``obj.name = value``: a user object follows Python's protocol (objects.py); a module's
     plain attribute store is replayed (STORE_ATTR); anything else is refused."""
-    if isinstance(obj, UserDefinedObjectVariable):
+    from .variables.nn_module import CreatedModuleVariable
+    if isinstance(obj, (UserDefinedObjectVariable, CreatedModuleVariable)):
         return obj.store_attr(tx, name, value)
+    from .variables.user_defined import UserDefinedClassVariable, store_class_attr
+    if type(obj) is UserDefinedClassVariable:
+        return store_class_attr(tx, obj, name, value)
     check_attr_store(obj, name, value)
     tx.output.side_effects.store_attr(obj, name, value)
     return ConstantVariable(None)

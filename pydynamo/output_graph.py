@@ -77,11 +77,19 @@ class OutputGraph:
         return f"{tx.code.co_filename}:{tx.current.lineno} ({tx.code.co_name})"
 
     def _placeholder(self, source):
+        # two sources may read the same identifier (L['m'].layers[0] and L['m'].layers['0']):
+        # placeholder names become the graph function's parameters, so they must differ
+        taken = {n.target for n in self.graph.nodes if n.op == "placeholder"}
+        name = base = source.graph_input_name()
+        k = 0
+        while name in taken:
+            k += 1
+            name = f"{base}_{k}"
         first_op = next((n for n in self.graph.nodes if n.op != "placeholder"), None)
         if first_op is not None:
             with self.graph.inserting_before(first_op):
-                return self.graph.placeholder(source.graph_input_name())
-        return self.graph.placeholder(source.graph_input_name())
+                return self.graph.placeholder(name)
+        return self.graph.placeholder(name)
 
     def add_symint_input(self, source, value):
         """A Python int argument with a symbolic value: a SymInt graph input."""

@@ -562,6 +562,128 @@ class methodcaller(Spec):
         return getattr(obj, self._name)(*self._args, **self._kwargs)
 
 
+# ---- object's pickling protocol (copy.copy / copy.deepcopy of a user's object) ------------
+#
+# object.__reduce_ex__, __reduce__ and __getstate__ of CPython's typeobject.c for instances of
+# user classes (variables/objects.py calls these for them): the same attribute reads, in the
+# same order, and the same result. The helpers below without a body are answered by the
+# translator from the class (variables/stdlib.py), guarded.
+
+def _reduce_overridden(obj):
+    """Whether ``type(obj).__reduce__`` (read on the class) is not ``object.__reduce__``."""
+    raise AssertionError("polyfills run only inside traces")
+
+
+def _lookup_special(obj, name):
+    """``_PyObject_LookupSpecial``: ``type(obj).<name>`` bound to ``obj``, or None."""
+    raise AssertionError("polyfills run only inside traces")
+
+
+def _is_default_getstate(obj, getstate):
+    """Whether ``getstate`` is ``object.__getstate__`` bound to ``obj``."""
+    raise AssertionError("polyfills run only inside traces")
+
+
+def _instance_dict(obj):
+    """``obj.__dict__`` (the real one, read without __getattribute__), None if absent or empty."""
+    raise AssertionError("polyfills run only inside traces")
+
+
+def _slotnames(obj, required):
+    """``copyreg._slotnames(type(obj))`` (cached on the class as CPython caches it), after the
+    checks object_getstate_default makes where ``required``."""
+    raise AssertionError("polyfills run only inside traces")
+
+
+def _copyreg(name):
+    """``copyreg.<name>``, read as C code reads it (from the module, at each call)."""
+    raise AssertionError("polyfills run only inside traces")
+
+
+def object_reduce_ex(self, protocol, /):
+    if type(protocol) is not int:
+        refuse("object.__reduce_ex__ with a protocol that is not an int")
+    reduce = getattr(self, "__reduce__", _MISSING)
+    if reduce is not _MISSING and _reduce_overridden(self):
+        return reduce()
+    return _common_reduce(self, protocol)
+
+
+def object_reduce(self, /):
+    return _common_reduce(self, 0)
+
+
+def _common_reduce(obj, protocol):
+    if protocol < 2:
+        refuse("object.__reduce_ex__ with pickle protocol < 2 (copyreg._reduce_ex) is not modelled")
+    return _reduce_newobj(obj)
+
+
+def _reduce_newobj(obj):
+    cls = type(obj)
+    args, kwargs = _new_arguments(obj)
+    hasargs = args is not None
+    if kwargs is None or len(kwargs) == 0:
+        newobj = _copyreg("__newobj__")
+        newargs = (cls, *args) if hasargs else (cls,)  # (not folded: cls keeps its source)
+    else:
+        newobj = _copyreg("__newobj_ex__")
+        newargs = (cls, args, kwargs)
+    is_list, is_dict = issubclass(cls, list), issubclass(cls, dict)
+    state = _object_getstate(obj, not (hasargs or is_list or is_dict))
+    listitems = iter(obj) if is_list else None
+    dictitems = iter(obj.items()) if is_dict else None
+    return (newobj, newargs, state, listitems, dictitems)
+
+
+def _new_arguments(obj):
+    getnewargs_ex = _lookup_special(obj, "__getnewargs_ex__")
+    if getnewargs_ex is not None:
+        newargs = getnewargs_ex()
+        if not isinstance(newargs, tuple) or len(newargs) != 2:
+            refuse("TypeError: __getnewargs_ex__ should return a tuple of length 2")
+        args, kwargs = newargs
+        if not isinstance(args, tuple) or not isinstance(kwargs, dict):
+            refuse("TypeError: __getnewargs_ex__ should return (tuple, dict)")
+        return args, kwargs
+    getnewargs = _lookup_special(obj, "__getnewargs__")
+    if getnewargs is not None:
+        args = getnewargs()
+        if not isinstance(args, tuple):
+            refuse("TypeError: __getnewargs__ should return a tuple")
+        return args, None
+    return None, None
+
+
+def _object_getstate(obj, required):
+    getstate = getattr(obj, "__getstate__")
+    if _is_default_getstate(obj, getstate):
+        return _getstate_default(obj, required)
+    return getstate()
+
+
+def object_getstate(self, /):
+    return _getstate_default(self, False)
+
+
+def _getstate_default(obj, required):
+    state = _instance_dict(obj)
+    slotnames = _slotnames(obj, required)
+    if slotnames:
+        slots = {}
+        for name in slotnames:
+            value = getattr(obj, name, _MISSING)
+            if value is not _MISSING:
+                slots[name] = value
+        if slots:
+            state = (state, slots)
+    return state
+
+
+OBJECT_METHODS = {"__reduce_ex__": object_reduce_ex, "__reduce__": object_reduce,
+                  "__getstate__": object_getstate}
+
+
 IMPLEMENTATIONS = {
     itertools.chain: chain, itertools.chain.from_iterable: chain_from_iterable,
     itertools.islice: islice, itertools.accumulate: accumulate, itertools.repeat: repeat,

@@ -8,7 +8,10 @@ earlier one (only the final state is observable):
 * the contents of a pre-existing list or dict (``lst.append(x)``, ``d[k] = v``): the new
   contents are rebuilt and written back into the same object (``lst[:] = new``,
   ``d.clear(); d.update(new)``), so every alias sees them;
-* an attribute of a pre-existing module (``self.count += 1``): ``STORE_ATTR``;
+* an attribute of a pre-existing module (``self.count += 1``) or class (``Cls.count += 1``):
+  ``STORE_ATTR``. After a class attribute is written, the trace reads it back only through the
+  same path; any other lookup of that name along an MRO holding the class is refused
+  (``class_written``), since it would see the old value;
 * an instance-dict entry or slot of a pre-existing user object (``obj.x = v``, ``del obj.x``,
   whatever Python ``__setattr__`` or property setter led there): its final state, written into
   the instance dict itself (or through the slot's member descriptor): the trace already ran the
@@ -29,6 +32,7 @@ from .exc import Unsupported
 class SideEffects:
     def __init__(self):
         self._effects = {}  # key -> (kind, target tracker or name, value tracker or None)
+        self._class_writes = {}  # attribute name -> ids of the classes the trace wrote it on
 
     def __bool__(self):
         return bool(self._effects)
@@ -45,6 +49,17 @@ class SideEffects:
         key = ("attr", obj.source.name(), name)
         self._effects.pop(key, None)  # replayed in the order of the last store
         self._effects[key] = ("attr", obj, value, name)
+
+    def store_class_attr(self, cls_var, name, value):
+        """``cls.name = value`` on a pre-existing class (type.__setattr__: checked by the caller)."""
+        self.store_attr(cls_var, name, value)
+        self._class_writes.setdefault(name, {})[id(cls_var.value)] = cls_var.value
+
+    def class_written(self, cls, name):
+        """The trace wrote ``name`` on a class along ``cls``'s MRO (a lookup would see the old
+        value: the caller refuses)."""
+        written = self._class_writes.get(name)
+        return bool(written) and isinstance(cls, type) and any(id(c) in written for c in cls.__mro__)
 
     def store_object_attr(self, obj, name, slot):
         """``obj.attrs[name]`` (or ``obj.slots``) was written: replay its final state, in the
@@ -144,7 +159,8 @@ def _replay_contents(cg, var, temp):
     """Make the pre-existing container ``var.source`` hold what the trace left in it."""
     from .variables.dicts import DictVariable
     from .variables.lists import DequeVariable
-    if isinstance(var, (DictVariable, DequeVariable)):  # d.clear(); d.update(new) / .extend(new)
+    if isinstance(var, DequeVariable) or (isinstance(var, DictVariable) and type(var) is not DictVariable):
+        # a deque, OrderedDict or defaultdict (exactly that type): d.clear(); d.extend/update(new)
         var.source.reconstruct(cg)
         cg.append_call_method("clear", 0)
         cg.append_pop_top()
@@ -153,11 +169,23 @@ def _replay_contents(cg, var, temp):
         cg.load_local(temp)
         cg.append_call(1)
         cg.append_pop_top()
-    else:
-        cg.load_local(temp)
+    elif isinstance(var, DictVariable):  # a dict or dict subclass: dict.clear(d); dict.update(d, new)
+        for method, args in ((dict.clear, ()), (dict.update, (temp,))):
+            cg.append_push_null()
+            cg.load_const(method)
+            var.source.reconstruct(cg)
+            for a in args:
+                cg.load_local(a)
+            cg.append_call(1 + len(args))
+            cg.append_pop_top()
+    else:  # list.__setitem__(lst, slice(None), new)
+        cg.append_push_null()
+        cg.load_const(list.__setitem__)
         var.source.reconstruct(cg)
         cg.load_const(slice(None, None, None))
-        cg.append(bu.create_store_subscr())
+        cg.load_local(temp)
+        cg.append_call(3)
+        cg.append_pop_top()
 
 
 def _object_attr(effect):

@@ -96,6 +96,24 @@ class ClosureSource(Source):
         codegen.append(bu.create_load_freevar(self.index, codegen.code))
 
 
+class ConstObjectSource(Source):
+    """An object the trace knows by identity and holds itself (a class found as a key of a dict
+    whose keys are guarded): guards below it check that object's state at each call."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def name(self):
+        from .guards import _describe
+        return f"K[{_describe(self.value)}@{id(self.value):#x}]"
+
+    def steps(self):
+        return (("K", self.value),)
+
+    def reconstruct(self, codegen):
+        codegen.load_const(self.value)
+
+
 class AttrSource(Source):
     def __init__(self, base, member):
         assert isinstance(base, Source)

@@ -99,6 +99,8 @@ def _read(steps, args, f_globals, f_builtins, closure):
         value = f_builtins[key]
     elif root == "C":
         value = closure[key].cell_contents
+    elif root == "K":
+        value = key
     else:
         raise AssertionError(root)
     for kind, arg in steps[1:]:

@@ -1,6 +1,7 @@
 """Model step times: eager, torch.compile(inductor) and pydynamo(inductor), in one run.
 
     python tools/bench_models.py [--models resnet,gpt,bert] [--modes infer,train] [--iters 20]
+    python tools/bench_models.py --models hf-gpt2,hf-bert,hf-llama   # transformers models
     python tools/bench_models.py --backend triton    # pydynamo with its bundled Triton backend
 
 For each model and mode it prints the step time of each system (CUDA events; the systems are
@@ -69,6 +70,8 @@ def _make_step(fn, model, inputs, mode):
 
     def step():
         out = fn(*inputs)
+        if not isinstance(out, torch.Tensor):  # a transformers ModelOutput: its first tensor
+            out = out[0]
         loss = out.float().pow(2).mean()
         loss.backward()
         opt.step()
@@ -132,13 +135,13 @@ def main():
         torch.backends.cudnn.allow_tf32 = True
     print(f"device: {torch.cuda.get_device_name() if device == 'cuda' else 'cpu (smoke run, small models)'}; "
           f"torch {torch.__version__}; python {sys.version.split()[0]}; pydynamo backend: {a.backend}")
-    print(f"{'model':<7}{'mode':<6}{'eager ms':>10}{'torch ms':>10}{'ours ms':>10}{'ours/torch':>12}"
+    print(f"{'model':<9}{'mode':<6}{'eager ms':>10}{'torch ms':>10}{'ours ms':>10}{'ours/torch':>12}"
           f"{'graphs t/o':>12}{'1st call t/o s':>17}{'spread t/o':>13}")
     for name in a.models.split(","):
         for mode in a.modes.split(","):
             r, paired = bench(name, mode, device, size, a.iters, backend=a.backend)
             (e, _, _, _), (t, tf, tg, ts), (o, of, og, os_) = r["eager"], r["torch.compile"], r["pydynamo"]
-            print(f"{name:<7}{mode:<6}{e:>10.3f}{t:>10.3f}{o:>10.3f}{paired:>12.3f}{f'{tg}/{og}':>12}"
+            print(f"{name:<9}{mode:<6}{e:>10.3f}{t:>10.3f}{o:>10.3f}{paired:>12.3f}{f'{tg}/{og}':>12}"
                   f"{f'{tf:.1f}/{of:.1f}':>17}{f'{ts:.1%}/{os_:.1%}':>13}", flush=True)
 
 

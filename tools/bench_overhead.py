@@ -13,14 +13,17 @@ Rows:
 
 Overheads are the time added per call over `plain`; the ratio is torch.compile's overhead / ours.
 
-    python tools/bench_overhead.py --module resnet   # or gpt, bert
+    python tools/bench_overhead.py --module resnet   # or gpt, bert, hf.bert, hf.all
 
 A real module instead: the per-call cost of pydynamo and torch.compile on the benchmark models of
-tools/models.py (ResNet-18 has about 100 parameter tensors and 500 guards), each compiled with a
+tools/models.py (ResNet-18 has about 100 parameter tensors and 500 guards), or the transformers
+models of tools/hf_models.py (``hf.all``: every inference forward there), each compiled with a
 backend whose compiled graph returns outputs computed once, so only the capturer's own work is
 timed: guards, reading the parameters, calling the graph.
 """
 import argparse
+import os
+import sys
 import time
 
 import torch
@@ -76,14 +79,28 @@ def _stored_outputs_backend(gm, example_inputs):
     return run
 
 
-def module_overhead(name, calls, repeat):
+def _module_and_inputs(name):
     import os
     import sys
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    if name.startswith("hf."):
+        import hf_models
+        make, inputs, kind = hf_models.models()[name[3:]]
+        if kind != "forward":
+            raise SystemExit(f"{name}: only inference forwards are timed here")
+        torch.manual_seed(0)
+        model = make()
+        args, kwargs = inputs(model, "cpu")
+        return model, args, kwargs
     import models
     model, inputs = models.make(name, "bench" if name == "resnet" else "small")
     if name == "resnet":
         inputs = (torch.randn(1, 3, 32, 32),)
+    return model, inputs, {}
+
+
+def module_overhead(name, calls, repeat):
+    model, inputs, kwargs = _module_and_inputs(name)
     model.eval()
     systems = {"torch.compile": torch.compile(model, backend=_stored_outputs_backend),
                "pydynamo": pydynamo.compile(model, backend=_stored_outputs_backend)}
@@ -91,25 +108,35 @@ def module_overhead(name, calls, repeat):
     with torch.no_grad():
         for fn in systems.values():
             for _ in range(3):
-                fn(*inputs)
+                fn(*inputs, **kwargs)
         for _ in range(repeat):
             for k, fn in systems.items():  # in turns: drifts in machine speed hit both alike
                 t0 = time.perf_counter()
                 for _ in range(calls):
-                    fn(*inputs)
+                    fn(*inputs, **kwargs)
                 best[k] = min(best[k], (time.perf_counter() - t0) / calls * 1e6)
     print(f"{name}: per call, graph work excluded: pydynamo {best['pydynamo']:.1f} µs, "
-          f"torch.compile {best['torch.compile']:.1f} µs (ratio {best['pydynamo'] / best['torch.compile']:.2f})")
+          f"torch.compile {best['torch.compile']:.1f} µs (ratio {best['pydynamo'] / best['torch.compile']:.2f})",
+          flush=True)
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--calls", type=int, default=100_000)
     p.add_argument("--repeat", type=int, default=7)
-    p.add_argument("--module", choices=["resnet", "gpt", "bert"], help="time a model's calls instead")
+    p.add_argument("--module", help="time a model's calls instead: resnet, gpt, bert (tools/models.py), "
+                   "hf.<name> (tools/hf_models.py), a comma-separated list, or hf.all")
     a = p.parse_args()
     if a.module:
-        return module_overhead(a.module, min(a.calls, 2000), a.repeat)
+        names = a.module.split(",")
+        if names == ["hf.all"]:
+            sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+            import hf_models
+            names = [f"hf.{n}" for n, (_, _, kind) in hf_models.models().items() if kind == "forward"]
+        for name in names:
+            pydynamo.reset()
+            module_overhead(name, min(a.calls, 500 if name.startswith("hf.") else 2000), a.repeat)
+        return
     x = torch.ones(8)
     entry_code = _same_code_copy(fn)
 

@@ -1,110 +1,162 @@
-"""Real models through pydynamo: graphs, graph breaks and their reasons, and correctness.
+"""Real models through pydynamo beside torch.compile: graphs, breaks, fullgraph, correctness, compile time.
 
-    python tools/bench_real.py [--device cuda] [--only name,name]
+    python tools/bench_real.py [--device cuda] [--only bert,llama] [--skip-torch]
 
-Models come from torchvision, timm and transformers when installed (random weights, built from
-configs: nothing is downloaded). Each runs eagerly and through pydynamo.explain (eager backend)
-and, for comparison, torch._dynamo.explain; the table gives graph and break counts for both, the
-largest difference from eager, and pydynamo's most frequent break reasons.
+Models: Hugging Face transformers families from tools/hf_models.py (small configs, random weights,
+nothing downloaded; a BERT classification training step and a LLaMA KV-cache decode step among
+them), and torchvision / timm models when those are installed. For each model, in this one run:
+
+  ours g/b, torch g/b   graph / graph-break counts of pydynamo.explain and torch._dynamo.explain
+  full                  whether fullgraph=True succeeds: pydynamo / torch.compile ("y" or "n")
+  max err               largest difference from eager over every output tensor (and, for the
+                        training step, every parameter's gradient); eager backend
+  compile s, ratio      first call (eager backend) of pydynamo and of torch.compile, in seconds,
+                        and ours / theirs (issue 18's target: at most 0.5)
+
+then pydynamo's most frequent break reasons.
 """
 import argparse
 import collections
 import importlib
+import os
+import sys
+import time
 import traceback
 
 import torch
 
 import pydynamo
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hf_models  # noqa: E402
+
+
+def _images(batch=2, size=224):
+    def inputs(model, d):
+        return (torch.randn(batch, 3, size, size, generator=torch.Generator().manual_seed(1)).to(d),), {}
+    return inputs
+
 
 def _torchvision():
     import torchvision.models as tvm
-    yield "tv.resnet18", lambda: tvm.resnet18(), lambda d: (torch.randn(2, 3, 224, 224, device=d),)
-    yield "tv.mobilenet_v3_small", lambda: tvm.mobilenet_v3_small(), lambda d: (torch.randn(2, 3, 224, 224, device=d),)
-    yield "tv.vit_b_16", lambda: tvm.vit_b_16(), lambda d: (torch.randn(1, 3, 224, 224, device=d),)
-    yield "tv.convnext_tiny", lambda: tvm.convnext_tiny(), lambda d: (torch.randn(1, 3, 224, 224, device=d),)
+    for name in ("resnet18", "mobilenet_v3_small", "vit_b_16", "convnext_tiny"):
+        yield f"tv.{name}", (lambda n=name: getattr(tvm, n)().eval()), _images(1), "forward"
 
 
 def _timm():
     import timm
     for name in ("resnet50", "efficientnet_b0", "vit_small_patch16_224", "convnext_nano"):
-        yield f"timm.{name}", (lambda n=name: timm.create_model(n, pretrained=False)), \
-            (lambda d: (torch.randn(1, 3, 224, 224, device=d),))
+        yield f"timm.{name}", (lambda n=name: timm.create_model(n, pretrained=False).eval()), _images(1), "forward"
 
 
 def _transformers():
-    import transformers as tr
-
-    def ids(d, vocab=1000):
-        return (torch.randint(0, vocab, (2, 32), device=d),)
-    yield "hf.bert", lambda: tr.BertModel(tr.BertConfig(num_hidden_layers=2, vocab_size=1000)), ids
-    yield "hf.gpt2", lambda: tr.GPT2Model(tr.GPT2Config(n_layer=2, vocab_size=1000)), ids
-    yield "hf.t5", lambda: tr.T5EncoderModel(tr.T5Config(num_layers=2, vocab_size=1000)), ids
-    yield "hf.llama", lambda: tr.LlamaModel(tr.LlamaConfig(num_hidden_layers=2, vocab_size=1000, hidden_size=256,
-                                                           intermediate_size=512, num_attention_heads=4,
-                                                           num_key_value_heads=4)), ids
+    for name, (make, inputs, kind) in hf_models.models().items():
+        yield f"hf.{name}", make, inputs, kind
 
 
 def _models():
-    for source in (_torchvision, _timm, _transformers):
+    for source in (_transformers, _torchvision, _timm):
         try:
             yield from source()
         except ImportError as e:
             print(f"skipping {source.__name__[1:]}: {e}")
 
 
-def _first_tensor(out):
-    if isinstance(out, torch.Tensor):
-        return out
-    if hasattr(out, "to_tuple"):
-        out = out.to_tuple()
-    if isinstance(out, (tuple, list)):
-        for o in out:
-            t = _first_tensor(o)
-            if t is not None:
-                return t
-    if isinstance(out, dict):
-        return _first_tensor(list(out.values()))
-    return None
+def _torch_dynamo():
+    return importlib.import_module("torch._dynamo")  # tools may use it, to compare
 
 
-def run(name, make, inputs, device):
-    torch.manual_seed(0)
-    model = make().to(device).eval()
-    args = inputs(device)
+def _call(fn, model, inputs, kind, device):
+    """One call on fresh inputs; what it returns (with the gradients, for a training step)."""
+    args, kwargs = inputs(model, device)
+    if kind == "train":
+        model.zero_grad(set_to_none=True)
+        out = fn(*args, **kwargs)
+        out.loss.backward()
+        return [out.loss] + [p.grad for p in model.parameters() if p.grad is not None]
     with torch.no_grad():
-        expected = _first_tensor(model(*args))
-        report = pydynamo.explain(model)(*args)
-        got = _first_tensor(pydynamo.compile(model, backend="eager")(*args))
+        return fn(*args, **kwargs)
+
+
+def _first_call(compile_fn, model, inputs, kind, device):
+    t0 = time.perf_counter()
+    out = _call(compile_fn(model), model, inputs, kind, device)
+    return out, time.perf_counter() - t0
+
+
+def _fullgraph_ok(compile_fn, model, inputs, kind, device):
+    try:
+        _call(compile_fn(model), model, inputs, kind, device)
+        return "y"
+    except Exception:  # noqa: BLE001 - any failure means fullgraph did not succeed
+        return "n"
+
+
+def run(name, make, inputs, kind, device, skip_torch=False):
+    torch.manual_seed(0)
+    model = make().to(device)
+    expected = _call(model, model, inputs, kind, device)
+    args, kwargs = inputs(model, device)
+    with torch.set_grad_enabled(kind == "train"):
         pydynamo.reset()
-        try:
-            torch_dynamo = importlib.import_module("torch._dynamo")  # tools may use it, to compare
-            torch_dynamo.reset()
-            theirs = torch_dynamo.explain(model)(*args)
-            t_counts = f"{theirs.graph_count}/{theirs.graph_break_count}"
-        except Exception as e:  # noqa: BLE001
-            t_counts = f"error: {type(e).__name__}"
-    err = (got.float() - expected.float()).abs().max().item() if got is not None else float("nan")
-    reasons = collections.Counter(br.reason.splitlines()[0][:70] for br in report.break_reasons)
-    return f"{report.graph_count}/{report.graph_break_count}", t_counts, err, reasons.most_common(3)
+        report = pydynamo.explain(model)(*args, **kwargs)
+    pydynamo.reset()
+    got, ours_s = _first_call(lambda m: pydynamo.compile(m, backend="eager"), model, inputs, kind, device)
+    pydynamo.reset()
+    ours_full = _fullgraph_ok(lambda m: pydynamo.compile(m, backend="eager", fullgraph=True), model, inputs, kind,
+                              device)
+    pydynamo.reset()
+    row = {"ours": f"{report.graph_count}/{report.graph_break_count}", "err": hf_models.max_diff(got, expected),
+           "ours_s": ours_s, "ours_full": ours_full, "torch": "-", "torch_full": "-", "torch_s": float("nan"),
+           "reasons": collections.Counter(br.reason.splitlines()[0][:70] for br in report.break_reasons)}
+    if skip_torch:
+        return row
+    td = _torch_dynamo()
+    try:
+        td.reset()
+        args, kwargs = inputs(model, device)
+        with torch.set_grad_enabled(kind == "train"):
+            theirs = td.explain(model)(*args, **kwargs)
+        row["torch"] = f"{theirs.graph_count}/{theirs.graph_break_count}"
+        td.reset()
+        _, row["torch_s"] = _first_call(lambda m: torch.compile(m, backend="eager"), model, inputs, kind, device)
+        td.reset()
+        row["torch_full"] = _fullgraph_ok(lambda m: torch.compile(m, backend="eager", fullgraph=True), model,
+                                          inputs, kind, device)
+        td.reset()
+    except Exception as e:  # noqa: BLE001
+        row["torch"] = f"error: {type(e).__name__}"
+    return row
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--only", default="")
+    p.add_argument("--only", default="", help="comma-separated names, with or without the hf./tv./timm. prefix")
+    p.add_argument("--skip-torch", action="store_true", help="pydynamo's columns only")
     a = p.parse_args()
     only = set(filter(None, a.only.split(",")))
-    print(f"{'model':<26}{'ours g/b':>10}{'torch g/b':>11}{'max err':>10}  top break reasons")
-    for name, make, inputs in _models():
-        if only and name not in only:
+    print(f"{'model':<24}{'ours g/b':>9}{'torch g/b':>10}{'full':>6}{'max err':>10}"
+          f"{'ours s':>8}{'torch s':>8}{'ratio':>7}  top break reasons")
+    ratios = []
+    for name, make, inputs, kind in _models():
+        if only and name not in only and name.split(".", 1)[1] not in only:
             continue
         try:
-            ours, theirs, err, reasons = run(name, make, inputs, a.device)
-            print(f"{name:<26}{ours:>10}{theirs:>11}{err:>10.2e}  {reasons}", flush=True)
+            r = run(name, make, inputs, kind, a.device, a.skip_torch)
         except Exception as e:  # noqa: BLE001
-            print(f"{name:<26} FAILED: {type(e).__name__}: {str(e).splitlines()[0][:120]}", flush=True)
+            print(f"{name:<24} FAILED: {type(e).__name__}: {str(e).splitlines()[0][:120]}", flush=True)
             traceback.print_exc(limit=3)
+            continue
+        ratio = r["ours_s"] / r["torch_s"]
+        if ratio == ratio:
+            ratios.append(ratio)
+        print(f"{name:<24}{r['ours']:>9}{r['torch']:>10}{r['ours_full'] + '/' + r['torch_full']:>6}"
+              f"{r['err']:>10.2e}{r['ours_s']:>8.2f}{r['torch_s']:>8.2f}{ratio:>7.2f}  "
+              f"{r['reasons'].most_common(3) if r['reasons'] else ''}", flush=True)
+    if ratios:
+        print(f"compile time ours/torch.compile: max {max(ratios):.2f}, "
+              f"geomean {torch.tensor(ratios).log().mean().exp().item():.2f}")
 
 
 if __name__ == "__main__":

@@ -123,7 +123,7 @@ class BERT(nn.Module):
 
 
 def make(name, size="small", device="cpu"):
-    """(model, example inputs) for `name` in resnet, gpt, bert; size "small" for CPU tests,
+    """(model, example inputs) for `name` in resnet, gpt, bert, hf-gpt2, hf-bert, hf-llama; size "small" for CPU tests,
     "bench" for GPU benchmarks."""
     small = size == "small"
     g = torch.Generator().manual_seed(0)
@@ -140,6 +140,35 @@ def make(name, size="small", device="cpu"):
         mask = torch.ones(b, t, dtype=torch.long)
         mask[:, t - 2:] = 0
         inputs = (torch.randint(0, 64 if small else 8192, (b, t), generator=g), mask)
+    elif name.startswith("hf-"):
+        model, inputs = _transformers_model(name[3:], small, g)
     else:
         raise ValueError(f"unknown model {name!r}")
     return model.to(device), tuple(i.to(device) for i in inputs)
+
+
+def _transformers_model(name, small, g):
+    """hf-gpt2, hf-bert, hf-llama: transformers models from configs (random weights). Small: the
+    CPU test sizes of tools/hf_models.py; bench: GPT-2 small's width with 6 layers, BERT-base's
+    with 6, a 4-layer LLaMA of width 1024 with grouped KV heads."""
+    import transformers as tr
+    if small:
+        import hf_models
+        make, inputs, _ = hf_models.models()[name]
+        model = make()
+        return model, inputs(model, "cpu")[0]
+    if name == "gpt2":
+        model = tr.GPT2Model(tr.GPT2Config(n_layer=6, n_embd=768, n_head=12, vocab_size=8192, n_positions=1024,
+                                           bos_token_id=0, eos_token_id=0))
+        b, t, vocab = 8, 512, 8192
+    elif name == "bert":
+        model = tr.BertModel(tr.BertConfig(num_hidden_layers=6, vocab_size=8192), add_pooling_layer=False)
+        b, t, vocab = 16, 256, 8192
+    elif name == "llama":
+        model = tr.LlamaModel(tr.LlamaConfig(num_hidden_layers=4, hidden_size=1024, intermediate_size=2816,
+                                             num_attention_heads=16, num_key_value_heads=4, vocab_size=8192,
+                                             max_position_embeddings=1024))
+        b, t, vocab = 4, 512, 8192
+    else:
+        raise ValueError(f"unknown model hf-{name!r}")
+    return model, (torch.randint(0, vocab, (b, t), generator=g),)

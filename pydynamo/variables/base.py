@@ -132,6 +132,8 @@ def guarded_hasattr(tx, obj, source, name):
     still be read: a TYPE_MATCH on it) or absent (NOT_PRESENT). Without a source the object is
     one of torch's own, read unguarded like everything else of torch."""
     import inspect
+    from .user_defined import refuse_stale_class_read
+    refuse_stale_class_read(tx, obj if isinstance(obj, type) else type(obj), name)
     found = inspect.getattr_static(obj, name, _ABSENT)
     if found is not _ABSENT and not isinstance(obj, type) and _runs_code(found):
         raise Unsupported(f"hasattr({type(obj).__name__}, {name!r}) runs a descriptor's code")

@@ -108,9 +108,11 @@ def _sequence(tx, value, source):
 
 
 def _dict(tx, value, source):
+    from .dicts import valid_key
     for key in value:
-        if not is_constant_value(key):
-            raise Unsupported(f"dict with a non-constant key {type(key).__name__}")
+        if not valid_key(key):
+            raise Unsupported(f"dict with a key of type {type(key).__name__} (neither a constant nor "
+                              "hashed by identity)")
     _guard(tx, source, "DICT_KEYS", value)
     items = {k: wrap_value(tx, v, GetItemSource(source, k) if source is not None else None)
              for k, v in value.items()}

@@ -7,13 +7,16 @@ import builtins
 import enum
 import math
 import operator
+import types
+
+import torch
 
 from ..exc import DataDependentError, SideEffectError, Unsupported
 from .base import ObjectVariable
 from .constant import ConstantVariable
 from .dicts import DictVariable, items_of
-from .lists import (BaseListVariable, ListIteratorVariable, ListVariable, RangeVariable, TupleVariable,
-                    iterator_type)
+from .lists import (BaseListVariable, ListIteratorVariable, ListVariable, RangeVariable, SliceVariable,
+                    TupleVariable, iterator_type)
 from .sets import binary_op as set_binary_op, is_set_like, set_new
 from .tensor import TensorVariable
 
@@ -33,6 +36,7 @@ _PURE = {abs, all, any, bool, bytes, chr, complex, divmod, float, format, hash, 
          min, ord, pow, repr, round, sorted, str, sum, tuple, list, dict, isinstance, issubclass,
          hex, oct, bin, *BINARY_OPS, *COMPARE_OPS, *UNARY_OPS, operator.not_, operator.truth,
          operator.getitem, operator.contains, operator.index, operator.concat}
+_PURE |= {torch.finfo, torch.iinfo}  # of a dtype: immutable, read-only attributes
 _PURE |= {getattr(math, n) for n in dir(math) if callable(getattr(math, n))}
 # str and bytes methods, read from the class (``str.join``): immutable values in and out
 _PURE |= {getattr(t, n) for t in (str, bytes) for n in dir(t) if not n.startswith("_")}
@@ -46,7 +50,15 @@ def handles(*fns):
     return register
 
 
+# what _HANDLERS and _PURE hold: C and Python functions, C methods, classes (a lookup must never hash a
+# user object: its __hash__ would run at trace time)
+_CALLABLE_KINDS = (types.BuiltinFunctionType, types.FunctionType, types.MethodDescriptorType, types.WrapperDescriptorType,
+                   types.ClassMethodDescriptorType, type)
+
+
 def is_supported_builtin(value):
+    if not isinstance(value, _CALLABLE_KINDS):
+        return False
     try:
         return value in _HANDLERS or value in _PURE
     except TypeError:
@@ -78,6 +90,9 @@ def fold(fn, args, kwargs=None, exact=False):
     return wrap_constant(result)
 
 
+_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by a class statement (its attributes can change)
+
+
 class BuiltinVariable(ObjectVariable):
     def call_function(self, tx, args, kwargs):
         return call_builtin(tx, self.value, list(args), dict(kwargs))
@@ -86,6 +101,10 @@ class BuiltinVariable(ObjectVariable):
         if any(self.value is t for t in (str, bytes)) and is_supported_builtin(getattr(self.value, name, None)):
             from .builder import wrap_value
             return wrap_value(tx, getattr(self.value, name), self.attr_source(name))
+        if name in ("__name__", "__qualname__", "__module__", "__doc__") and (
+                isinstance(self.value, types.BuiltinFunctionType) or (
+                    isinstance(self.value, type) and not self.value.__flags__ & _HEAPTYPE)):
+            return ConstantVariable(getattr(self.value, name))  # a C function's or class's: read-only
         return super().var_getattr(tx, name)
 
     def _repr_value(self):
@@ -127,14 +146,14 @@ def call_builtin(tx, fn, args, kwargs, from_opcode=False):
     """``fn(*args, **kwargs)``; ``from_opcode``: an opcode's own call, whose form is right."""
     if fn in (str, repr) and len(args) == 1 and not kwargs and hasattr(args[0], "as_string"):
         return args[0].as_string(fn)  # exceptions: str(e) / repr(e)
-    handler = _HANDLERS.get(fn)
+    handler = _HANDLERS.get(fn) if isinstance(fn, _CALLABLE_KINDS) else None
     if handler is not None:
         if not from_opcode:
             check_call_form(fn, handler, args, kwargs)
         return handler(tx, *args, **kwargs)
-    if fn in _PURE and _all_constant(args, kwargs):
+    if is_supported_builtin(fn) and fn in _PURE and _all_constant(args, kwargs):
         return fold(fn, args, kwargs, exact=True)
-    if fn in _PURE and any(_sym_operands(a) for a in [*args, *kwargs.values()]):
+    if is_supported_builtin(fn) and fn in _PURE and any(_sym_operands(a) for a in [*args, *kwargs.values()]):
         return _builtin_on_sizes(tx, fn, args, kwargs)
     raise Unsupported(f"builtin {getattr(fn, '__qualname__', fn)} with arguments "
                       f"{[type(a).__name__ for a in args]} is not supported")
@@ -253,6 +272,9 @@ def _has_slot(var, name):
 
 def _make_binary(fn):
     def handler(tx, a, b):
+        from .ids import IdVariable, binary_op
+        if isinstance(a, IdVariable) or isinstance(b, IdVariable):
+            return binary_op(tx, fn, a, b)
         if _any_tensor(a, b) or _sym_operands(a, b):
             # a number has no in-place method: `n += t` is `n + t` (and a graph's code cannot
             # print `1 += t`)
@@ -356,6 +378,8 @@ def is_same_object(tx, a, b):
         return False
     if isinstance(a, (ObjectVariable, ConstantVariable)) and isinstance(b, (ObjectVariable, ConstantVariable)):
         return a.as_python_constant() is b.as_python_constant()  # guarded by identity, or constants
+    if isinstance(a, TupleVariable) and isinstance(b, TupleVariable) and _tuples_differ(tx, a, b):
+        return False
     try:
         if a.python_type() is not b.python_type():
             return False  # objects of two types are two objects
@@ -377,6 +401,20 @@ def _super(tx, *args):
     if obj is None:
         raise Unsupported("super(): the first argument is not bound")
     return SuperVariable(tx.cells["__class__"].read(tx), obj)
+
+
+def _tuples_differ(tx, a, b):
+    """Two tuples of different lengths, or with items known to be different objects at one
+    index, are two objects (a tuple's items are fixed)."""
+    if len(a.items) != len(b.items):
+        return True
+    for x, y in zip(a.items, b.items):
+        try:
+            if not is_same_object(tx, x, y):
+                return True
+        except Unsupported:
+            pass
+    return False
 
 
 _HANDLERS[operator.is_] = lambda tx, a, b: ConstantVariable(is_same_object(tx, a, b))
@@ -553,23 +591,14 @@ def _hash(tx, obj):
 
 @handles(id)
 def _id(tx, obj):
-    """``id(obj)`` is a constant only where the trace pins the object itself (ID_MATCH): a
-    module, a function or class read by identity, or a user object then guarded by identity."""
-    import weakref
+    """``id(obj)``: an input nn.Module's is a constant (pinned by identity); any other object's
+    is an IdVariable (variables/ids.py): compared and used as a dict key by the object's
+    identity, a number only where the object is pinned by identity (ID_MATCH)."""
+    from .ids import IdVariable
     from .nn_module import NNModuleVariable
-    from .objects import UserDefinedObjectVariable
-    if isinstance(obj, NNModuleVariable):
+    if isinstance(obj, NNModuleVariable) and obj.source is not None:  # (one made by the trace is new each run)
         return ConstantVariable(id(obj.module))
-    if isinstance(obj, UserDefinedObjectVariable) and not obj.is_new and obj.source is not None:
-        try:
-            weakref.ref(obj.value)  # the guard must not keep the object alive
-        except TypeError:
-            raise Unsupported(f"id() of a {obj.python_type().__name__} (no weak references)") from None
-        tx.output.guards.ID_MATCH(obj.source, obj.value)
-        return ConstantVariable(id(obj.value))
-    if isinstance(obj, ObjectVariable) and obj.source is not None:
-        return ConstantVariable(id(obj.value))  # guarded by identity when read (builder)
-    raise Unsupported(f"id() of {obj} (its identity is not pinned)")
+    return IdVariable(obj, tx.output)
 
 
 @handles(hasattr)
@@ -666,6 +695,18 @@ def _tuple(tx, seq=None):
 
 _HANDLERS[set] = lambda tx, iterable=None: set_new(tx, set, iterable)
 _HANDLERS[frozenset] = lambda tx, iterable=None: set_new(tx, frozenset, iterable)
+
+
+@handles(slice)
+def _slice(tx, *args):
+    """``slice(stop)`` / ``slice(start, stop[, step])``, as BUILD_SLICE makes it."""
+    if not 1 <= len(args) <= 3:
+        from .exceptions import raise_exception
+        raise_exception(TypeError(f"slice expected at least 1 argument, got {len(args)}") if not args
+                        else TypeError(f"slice expected at most 3 arguments, got {len(args)}"))
+    none = ConstantVariable(None)
+    parts = (none, args[0], none) if len(args) == 1 else (*args, none)[:3]
+    return SliceVariable(*parts)
 
 
 @handles(dict)

@@ -1,5 +1,5 @@
 """Python scalars known at trace time: None, bool, int, float, complex, str, bytes, dtypes,
-devices, Ellipsis. Their operations are folded at trace time; the guards that made them known
+devices, Ellipsis, torch.finfo/iinfo. Their operations are folded at trace time; the guards that made them known
 were installed when they were read."""
 import enum
 
@@ -10,7 +10,7 @@ from .base import GetAttrVariable, VariableTracker
 
 CONSTANT_TYPES = (type(None), bool, int, float, complex, str, bytes, type(Ellipsis),
                   type(NotImplemented), torch.dtype, torch.device, torch.layout,
-                  torch.memory_format, enum.Enum)
+                  torch.memory_format, torch.finfo, torch.iinfo, enum.Enum)
 
 
 def is_constant_value(value):

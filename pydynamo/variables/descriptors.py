@@ -51,6 +51,8 @@ def mutable_mro(cls):
 def type_lookup(tx, cls_var, name):
     """``_PyType_Lookup(cls, name)``, guarded: (the raw attribute or MISSING, its source)."""
     cls = cls_var.value
+    from .user_defined import refuse_stale_class_read
+    refuse_stale_class_read(tx, cls, name)
     attr = raw_type_lookup(cls, name, MISSING)
     src = TypeLookupSource(cls_var.source, name) if cls_var.source is not None else None
     if src is not None and mutable_mro(cls):
@@ -127,6 +129,8 @@ def getattr_protocol(tx, obj, name):
     try:
         if _generic(ga, "__getattribute__"):
             return generic_getattr(tx, obj, name)
+        if cls_var.value in _IMMUTABLE_C_TYPES and not obj.is_new:
+            return _immutable_read(tx, obj, name)
         if not isinstance(ga, types.FunctionType):
             raise Unsupported(f"{cls_var.value.__qualname__}.__getattribute__ is "
                               f"{type(ga).__name__}, not modelled")
@@ -138,6 +142,20 @@ def getattr_protocol(tx, obj, name):
         if fallback is MISSING:
             raise
     return call_transparent(tx, bind(tx, obj, "__getattr__", fallback, fb_src), [ConstantVariable(name)], {})
+
+
+# C types whose instances are immutable and whose attribute reads run no user code
+# (``int | None``, ``list[int]``): read for real, what was read guarded like any input.
+_IMMUTABLE_C_TYPES = (types.UnionType, types.GenericAlias)
+
+
+def _immutable_read(tx, obj, name):
+    from .builder import wrap_value
+    try:
+        value = getattr(obj.value, name)
+    except AttributeError as e:
+        raise attribute_error(str(e)) from None
+    return wrap_value(tx, value, AttrSource(obj.source, name) if obj.source is not None else None)
 
 
 def generic_getattr(tx, obj, name):

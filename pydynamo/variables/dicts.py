@@ -4,11 +4,28 @@ import collections
 
 from ..exc import Unsupported
 from .base import GetAttrVariable, VariableTracker, call_model
-from .constant import ConstantVariable
+from .constant import ConstantVariable, is_constant_value
 from .lists import TupleVariable
 
 
+def hashed_by_identity(value):
+    """``value``'s hash and equality are its identity (classes, functions, modules, plain
+    objects): as a dict key it is found only by itself, so a key guard pins which object it is."""
+    cls = type(value)
+    return cls.__hash__ in (object.__hash__, type.__hash__) and cls.__eq__ in (object.__eq__, type.__eq__)
+
+
+def valid_key(value):
+    """A key a DictVariable holds: a constant, a tuple of them, or an object hashed by identity."""
+    if type(value) is tuple:
+        return all(valid_key(v) for v in value)
+    return is_constant_value(value) or hashed_by_identity(value)
+
+
 def _key(tracker):
+    from .ids import IdVariable, dict_key
+    if isinstance(tracker, IdVariable):  # resolved by DictVariable.call_method
+        return dict_key(tracker)
     if not tracker.is_python_constant():
         raise Unsupported(f"dict key {tracker} is not a constant")
     key = tracker.as_python_constant()
@@ -16,7 +33,24 @@ def _key(tracker):
         hash(key)
     except TypeError:
         raise Unsupported(f"unhashable dict key {key!r}") from None
+    if not valid_key(key):
+        raise Unsupported(f"dict key of type {type(key).__name__} (it defines its own hash or equality)")
     return key
+
+
+def key_var(tx, key):
+    """The tracker of a key found in a dict: a constant, or the object itself, guarded below
+    a root that holds it (its identity is pinned by the dict's key guard)."""
+    if type(key) is tuple:
+        return TupleVariable([key_var(tx, k) for k in key])
+    from . import ids
+    if type(key) is ids.IdKey:
+        return ids.key_var(key)
+    if is_constant_value(key):
+        return ConstantVariable(key)
+    from ..source import ConstObjectSource
+    from .builder import wrap_value
+    return wrap_value(tx, key, ConstObjectSource(key))
 
 
 class DictVariable(VariableTracker):
@@ -30,13 +64,16 @@ class DictVariable(VariableTracker):
         return dict
 
     def as_python_constant(self):
+        from .ids import has_id_keys
+        if has_id_keys(self):
+            raise Unsupported(f"{self} is keyed by id() of objects (not constants)")
         return {k: v.as_python_constant() for k, v in self.items.items()}
 
     def truth(self, tx):
         return bool(self.items)
 
     def unpack_var_sequence(self, tx):
-        return [ConstantVariable(k) for k in self.items]
+        return [key_var(tx, k) for k in self.items]
 
     def has_attr(self, tx, name):
         return hasattr(self.python_type(), name)
@@ -54,6 +91,8 @@ class DictVariable(VariableTracker):
         handler = getattr(self, f"_method_{name.strip('_')}", None) if hasattr(cls, name) else None
         if handler is None or (kwargs and name not in self._KEYWORD_METHODS):
             raise Unsupported(f"{cls.__name__}.{name}")
+        from .ids import prepare_dict_call
+        args = prepare_dict_call(tx, self, name, args)  # keys that are id() of objects
         return call_model(handler, tx, args, kwargs, f"{cls.__name__}.{name}")
 
     _KEYWORD_METHODS = ("update",)
@@ -66,6 +105,9 @@ class DictVariable(VariableTracker):
 
     def _missing(self, k):
         """A lookup of a key the dict does not have: Python's KeyError, raised in the trace."""
+        from .ids import IdKey, key_error
+        if type(k) is IdKey and self.python_type() is dict:
+            raise key_error(k)
         if self.python_type() is dict:
             from .exceptions import raise_exception
             raise_exception(KeyError(k))
@@ -137,6 +179,9 @@ class DictVariable(VariableTracker):
     def reconstruct(self, codegen):
         if self.source is not None:  # the same object (mutations were replayed into it)
             return self.source.reconstruct(codegen)
+        from .ids import has_id_keys
+        if has_id_keys(self):
+            raise Unsupported(f"{self}, keyed by id() of objects, cannot be rebuilt at run time")
         for k, v in self.items.items():
             codegen.load_const(k)
             codegen(v)
@@ -150,10 +195,19 @@ def items_of(tx, mapping):
     """(key, value tracker) pairs of a dict tracker or of a sequence of pairs."""
     if isinstance(mapping, DictVariable):
         return list(mapping.items.items())
+    from .exceptions import raise_exception
     pairs = []
-    for pair in mapping.unpack_var_sequence(tx):
-        k, v = pair.unpack_var_sequence(tx)
-        pairs.append((_key(k), v))
+    for i, pair in enumerate(mapping.unpack_var_sequence(tx)):
+        try:
+            kv = pair.unpack_var_sequence(tx)
+        except Unsupported:
+            if pair.is_python_constant() and not isinstance(pair.as_python_constant(), (str, bytes)):
+                raise_exception(TypeError(f"cannot convert dictionary update sequence element #{i} to a sequence"))
+            raise
+        if len(kv) != 2:  # what dict() and dict.update raise
+            raise_exception(ValueError(f"dictionary update sequence element #{i} has length {len(kv)}; "
+                                       "2 is required"))
+        pairs.append((_key(kv[0]), kv[1]))
     return pairs
 
 
@@ -170,10 +224,10 @@ class DictViewVariable(VariableTracker):
     def unpack_var_sequence(self, tx):
         items = self.dict_var.items
         if self.kind == "keys":
-            return [ConstantVariable(k) for k in items]
+            return [key_var(tx, k) for k in items]
         if self.kind == "values":
             return list(items.values())
-        return [TupleVariable([ConstantVariable(k), v]) for k, v in items.items()]
+        return [TupleVariable([key_var(tx, k), v]) for k, v in items.items()]
 
     def truth(self, tx):
         return bool(self.dict_var.items)
@@ -230,7 +284,7 @@ class OrderedDictVariable(DictVariable):
             raise Unsupported("KeyError: dictionary is empty")
         self._mutate(tx)
         k = next(reversed(self.items)) if last is None or last.truth(tx) else next(iter(self.items))
-        return TupleVariable([ConstantVariable(k), self.items.pop(k)])
+        return TupleVariable([key_var(tx, k), self.items.pop(k)])
 
     def reconstruct(self, codegen):
         if self.source is not None:

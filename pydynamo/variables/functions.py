@@ -77,6 +77,33 @@ def globals_source_fn(tx, fn_globals, fn_source):
     raise Unsupported("call of a function from another module whose origin is unknown")
 
 
+def marked_constant(fn):
+    """``fn`` was marked with pydynamo.assume_constant_result (or torch's equivalent)."""
+    try:
+        return getattr(fn, "__dict__", {}).get("_dynamo_marked_constant") is True
+    except Exception:  # noqa: BLE001 - a __dict__ property may raise
+        return False
+
+
+def call_assumed_constant(fn, args, kwargs):
+    """A call to a function marked as constant: made once, for real, at trace time, with constant
+    arguments; its result must be a constant the compiled code can hold."""
+    from .builder import wrap_constant
+    from .constant import is_constant_value
+    name = getattr(fn, "__qualname__", repr(fn))
+    try:
+        cargs = [a.as_python_constant() for a in args]
+        ckwargs = {k: v.as_python_constant() for k, v in kwargs.items()}
+    except Unsupported:
+        raise Unsupported(f"{name}, marked assume_constant_result, called with non-constant arguments") from None
+    result = fn(*cargs, **ckwargs)
+    flat = result if type(result) is tuple else (result,)
+    if not all(is_constant_value(v) for v in flat):
+        raise Unsupported(f"{name}, marked assume_constant_result, returned a {type(result).__name__}, "
+                          "not a constant")
+    return wrap_constant(result)
+
+
 class UserFunctionVariable(ObjectVariable):
     def python_type(self):
         return types.FunctionType
@@ -123,6 +150,10 @@ class UserFunctionVariable(ObjectVariable):
 
     def call_function(self, tx, args, kwargs):
         fn = self.value
+        if marked_constant(fn):
+            return call_assumed_constant(fn, args, kwargs)
+        if args and hasattr(args[0], "run_torch_init") and args[0].is_torch_init(fn):
+            return args[0].run_torch_init(tx, fn, args[1:], kwargs)  # a module the trace creates
         if getattr(fn, "_pydynamo_disabled", False):
             raise DisabledFunctionError(f"call to {fn.__qualname__}, which is decorated with "
                                         "pydynamo.disable")

@@ -251,7 +251,7 @@ class UserDefinedObjectVariable(VariableTracker):
             raise Unsupported(f"TypeError: unhashable type: {self.python_type().__name__!r}")
         if method is object.__hash__:
             from .builtin import call_builtin
-            call_builtin(tx, id, [self], {})  # pins the object by identity, or refuses
+            call_builtin(tx, id, [self], {}).as_python_constant()  # pins the object by identity, or refuses
             return ConstantVariable(hash(self.value))
         if not isinstance(method, types.FunctionType):
             raise Unsupported(f"hash() of {self} ({type(method).__name__} __hash__)")
@@ -363,6 +363,10 @@ def construct(tx, cls_var, args, kwargs):
     if call is not type.__dict__["__call__"]:
         raise Unsupported(f"creating a {cls.__qualname__}: its metaclass {type(cls).__qualname__} "
                           "defines __call__")
+    import torch
+    if isinstance(cls, type) and issubclass(cls, torch.nn.Module):
+        from .nn_module import create_module
+        return create_module(tx, cls_var, args, kwargs)
     new, new_src = type_lookup(tx, cls_var, "__new__")
     if _is_builtin_new(new):
         obj = allocate(tx, cls_var, new, args, kwargs)
@@ -522,9 +526,58 @@ def call_builtin_method(tx, descr, obj, args, kwargs):
     if obj.base is None:
         if isinstance(obj.value, dict) and name in ("get", "__getitem__", "__contains__"):
             return _read_input_dict(tx, obj, name, args, kwargs)
-        raise Unsupported(f"{descr.__qualname__} of {obj}: the contents of a {owner.__name__} "
-                          "subclass instance made before the frame are not tracked")
+        if obj.value is None or obj.source is None or solid_base(type(obj.value)) not in (dict, list):
+            raise Unsupported(f"{descr.__qualname__} of {obj}: the contents of a {owner.__name__} "
+                              "subclass instance made before the frame are not tracked")
+        obj.base = input_contents(tx, obj)
     return _container_method(tx, owner, name, obj, args, kwargs)
+
+
+class RawContents:
+    """A guard: ``v`` is a ``cls`` whose raw contents (dict's or list's own methods, no
+    override of the class runs) have these keys in this order, or this length."""
+
+    def __init__(self, cls, keys=None, length=None):
+        self.cls, self.keys, self.length = cls, keys, length
+
+    def __call__(self, v):
+        from .sets import _identical
+        if type(v) is not self.cls:
+            return False
+        if self.keys is None:
+            return list.__len__(v) == self.length
+        return dict.__len__(v) == len(self.keys) and all(_identical(a, b) for a, b in zip(dict.__iter__(v), self.keys))
+
+    def __repr__(self):
+        return (f"is a {self.cls.__name__} with keys {list(self.keys)!r}" if self.keys is not None
+                else f"is a {self.cls.__name__} of length {self.length}")
+
+
+def input_contents(tx, obj):
+    """The contents of a dict or list subclass instance read from the inputs, as a dict or list
+    tracker (mutations replayed through dict's / list's own methods). Its keys or length are
+    guarded as the base type stores them, each item by ``obj[k]``, which reads the raw entry
+    while the class keeps the base's ``__getitem__`` (guarded) and, for a dict, has no
+    ``__missing__``."""
+    from .builder import wrap_value
+    from .dicts import DictVariable, valid_key
+    from .lists import ListVariable
+    base, value, src = solid_base(type(obj.value)), obj.value, obj.source
+    getitem, _ = type_lookup(tx, obj.cls_var, "__getitem__")
+    if getitem is not raw_type_lookup(base, "__getitem__") or (
+            base is dict and type_lookup(tx, obj.cls_var, "__missing__")[0] is not MISSING):
+        raise Unsupported(f"the contents of {obj}, whose class changes item lookup")
+    if base is dict:
+        keys = tuple(dict.__iter__(value))
+        if not all(valid_key(k) for k in keys):
+            raise Unsupported(f"the contents of {obj}: a key that is neither a constant nor hashed by identity")
+        check = RawContents(type(value), keys=keys)
+        tx.output.guards.PREDICATE(src, check, f"{src.name()} {check!r}")
+        return DictVariable({k: wrap_value(tx, dict.__getitem__(value, k), GetItemSource(src, k)) for k in keys}, src)
+    n = list.__len__(value)
+    check = RawContents(type(value), length=n)
+    tx.output.guards.PREDICATE(src, check, f"{src.name()} {check!r}")
+    return ListVariable([wrap_value(tx, list.__getitem__(value, i), GetItemSource(src, i)) for i in range(n)], src)
 
 
 def _read_input_dict(tx, obj, name, args, kwargs):
@@ -562,6 +615,9 @@ def _object_method(tx, name, obj, args, kwargs):
         return _object_init_args(tx, obj, args, kwargs)
     if not isinstance(obj, UserDefinedObjectVariable):
         raise Unsupported(f"object.{name} of {obj}")
+    if name in ("__reduce_ex__", "__reduce__", "__getstate__"):  # pure-Python models (copy, pickle)
+        from .stdlib import call_object_method
+        return call_object_method(tx, name, obj, args)
     nargs = {"__getattribute__": 1, "__setattr__": 2, "__delattr__": 1, "__eq__": 1, "__ne__": 1}
     if name not in nargs:
         raise Unsupported(f"object.{name} is not modelled")
@@ -691,6 +747,11 @@ class InstanceDictVariable(VariableTracker):
         if name == "__setitem__" and len(args) == 2:
             obj.store(tx, self._key(args[0]), args[1])
             return ConstantVariable(None)
+        if name == "update" and len(args) == 1:  # PyDict_Merge of a dict: its entries in order
+            pairs = self._entries_of(tx, args[0])
+            for key, value in pairs:
+                obj.store(tx, self._key(key), value)
+            return ConstantVariable(None)
         if name == "__delitem__" and len(args) == 1:
             key = self._key(args[0])
             if not obj.instance_has(tx, key):
@@ -711,6 +772,15 @@ class InstanceDictVariable(VariableTracker):
 
     def unpack_var_sequence(self, tx):
         return [ConstantVariable(k) for k in self._keys(tx)]
+
+    def _entries_of(self, tx, other):
+        """(key tracker, value tracker) pairs of an exact dict (what dict.update reads)."""
+        from .dicts import DictVariable, key_var
+        if isinstance(other, InstanceDictVariable):
+            return [(ConstantVariable(k), other.obj.instance_lookup(tx, k)) for k in other._keys(tx)]
+        if type(other) is DictVariable:
+            return [(key_var(tx, k), v) for k, v in other.items.items()]
+        raise Unsupported(f"__dict__.update({other})")
 
     def nested_values(self):
         return [self.obj]

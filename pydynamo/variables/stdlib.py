@@ -8,13 +8,14 @@ A class described by a ``polyfills.Spec`` (``functools.partial``, ``operator.ite
 gives a ``SpecInstanceVariable``: a state dict of trackers whose methods are the Spec's.
 """
 import collections
+import copyreg
 import functools
 import operator
 import types
 
 from .. import polyfills
 from ..exc import Unsupported
-from ..source import AttrSource
+from ..source import AttrSource, type_lookup as raw_type_lookup
 from .base import GetAttrVariable, ObjectVariable, VariableTracker
 from .builtin import _KEYWORDS, handles
 
@@ -317,6 +318,9 @@ class LruCacheVariable(ObjectVariable):
     def call_function(self, tx, args, kwargs):
         from .builder import wrap_value
         from ..guards import GuardBuilder
+        from .functions import call_assumed_constant, marked_constant
+        if marked_constant(self.value):
+            return call_assumed_constant(self.value, args, kwargs)
         for arg in [*args, *kwargs.values()]:
             if not _immutable_constant(arg):
                 raise Unsupported(f"an lru_cache'd function called with {arg}")
@@ -354,3 +358,131 @@ def _immutable_constant(var):
     if isinstance(var, TupleVariable) and var.python_type() is tuple:
         return all(_immutable_constant(v) for v in var.items)
     return isinstance(var, ConstantVariable)
+
+
+# ---- object's pickling protocol (copy.copy / copy.deepcopy) ----------------------------------
+
+def call_object_method(tx, name, obj, args):
+    """``object.<name>(obj, *args)`` (__reduce_ex__, __reduce__, __getstate__) for a user object:
+    its polyfill (polyfills.OBJECT_METHODS), inlined."""
+    return inline(tx, polyfills.OBJECT_METHODS[name], [obj, *args], {})
+
+
+def _user_object(obj, what):
+    from .objects import UserDefinedObjectVariable
+    if not isinstance(obj, UserDefinedObjectVariable):
+        raise Unsupported(f"{what} of {obj}")
+    return obj
+
+
+@handles(polyfills._copyreg)
+def _copyreg_attr(tx, name):
+    from ..source import ConstObjectSource
+    from .builder import wrap_value
+    name = name.as_python_constant()
+    return wrap_value(tx, getattr(copyreg, name), AttrSource(ConstObjectSource(copyreg), name))
+
+
+@handles(polyfills._reduce_overridden)
+def _reduce_overridden(tx, obj):
+    """``type(obj).__reduce__ is not object.__reduce__``, read as ``PyObject_GetAttr(cls, ...)``
+    does: through the metaclass, which must read class attributes as ``type`` does."""
+    import types
+    from .constant import ConstantVariable
+    from .descriptors import class_var, type_lookup
+    obj = _user_object(obj, "object.__reduce_ex__")
+    cls_var = obj.cls_var
+    meta_src = AttrSource(cls_var.source, "__class__") if cls_var.source is not None else None
+    meta = class_var(type(cls_var.value), meta_src)
+    getattribute, _ = type_lookup(tx, meta, "__getattribute__")
+    meta_reduce, _ = type_lookup(tx, meta, "__reduce__")
+    if getattribute is not type.__dict__["__getattribute__"] or meta_reduce is not object.__dict__["__reduce__"]:
+        raise Unsupported(f"object.__reduce_ex__ of a {cls_var.value.__qualname__}: its metaclass "
+                          "changes how the class's __reduce__ is read")
+    attr, _ = type_lookup(tx, cls_var, "__reduce__")
+    if attr is object.__dict__["__reduce__"]:
+        return ConstantVariable(False)
+    if isinstance(attr, (types.FunctionType, staticmethod, classmethod)):
+        return ConstantVariable(True)  # (their __get__ never gives object.__reduce__ back)
+    raise Unsupported(f"object.__reduce_ex__ of a {cls_var.value.__qualname__}, whose __reduce__ "
+                      f"is a {type(attr).__name__}")
+
+
+@handles(polyfills._lookup_special)
+def _lookup_special(tx, obj, name):
+    from .constant import ConstantVariable
+    from .descriptors import special_method
+    method = special_method(tx, _user_object(obj, "a special method lookup"), name.as_python_constant())
+    return ConstantVariable(None) if method is None else method
+
+
+@handles(polyfills._is_default_getstate)
+def _is_default_getstate(tx, obj, getstate):
+    from .constant import ConstantVariable
+    from .ids import same_object
+    from .objects import BuiltinMethodVariable
+    if not (isinstance(getstate, BuiltinMethodVariable) and getstate.descr is object.__dict__["__getstate__"]
+            and getstate.obj is not None):
+        return ConstantVariable(False)
+    same = same_object(tx, getstate.obj, obj)
+    if same is None:
+        raise Unsupported(f"object.__getstate__ bound to {getstate.obj}, read from {obj}")
+    return ConstantVariable(same)
+
+
+@handles(polyfills._instance_dict)
+def _instance_dict(tx, obj):
+    from .constant import ConstantVariable
+    from .objects import InstanceDictVariable, _real_dict
+    obj = _user_object(obj, "the state of")
+    if not obj.has_dict():
+        return ConstantVariable(None)
+    if not obj.is_new and _real_dict(obj.value) is None:
+        raise Unsupported(f"the __dict__ of {obj}, which is not a dict")
+    d = InstanceDictVariable(obj)
+    return d if d._keys(tx) else ConstantVariable(None)
+
+
+_ORIGINAL_SLOTNAMES = copyreg._slotnames
+_MANAGED_DICT = 1 << 4  # Py_TPFLAGS_MANAGED_DICT
+
+
+@handles(polyfills._slotnames)
+def _slotnames(tx, obj, required):
+    """``_PyType_GetSlotNames(type(obj))`` and the layout checks of object_getstate_default:
+    the class's cached ``__slotnames__``, or ``copyreg._slotnames(cls)``, run now (it computes
+    the names from the classes' ``__slots__`` and caches them on the class, as the first copy
+    in eager Python does), guarded to stay the same."""
+    import struct
+    from ..source import GetItemSource
+    from .builder import wrap_constant
+    obj = _user_object(obj, "the state of")
+    cls = obj.python_type()
+    required = required.as_python_constant()
+    if required and cls.__itemsize__:
+        raise Unsupported(f"TypeError: cannot pickle {cls.__name__!r} objects")
+    names = cls.__dict__.get("__slotnames__", _ABSENT)
+    if names is _ABSENT:
+        if copyreg._slotnames is not _ORIGINAL_SLOTNAMES \
+                or raw_type_lookup(type(cls), "__setattr__") is not type.__dict__["__setattr__"]:
+            raise Unsupported(f"copyreg._slotnames({cls.__qualname__}) would run code of the user's")
+        names = copyreg._slotnames(cls)
+    if names is not None and type(names) is not list:
+        raise Unsupported(f"TypeError: {cls.__name__}.__slotnames__ should be a list or None")
+    if required:
+        ptr = struct.calcsize("P")
+        size = object.__basicsize__
+        if cls.__dictoffset__ and not cls.__flags__ & _MANAGED_DICT:
+            size += ptr
+        if cls.__weakrefoffset__ > 0:
+            size += ptr
+        size += ptr * len(names or ())
+        if cls.__basicsize__ > size:
+            raise Unsupported(f"TypeError: cannot pickle {cls.__name__!r} object")
+    if obj.cls_var.source is not None and "__slotnames__" in cls.__dict__:
+        src = GetItemSource(AttrSource(obj.cls_var.source, "__dict__"), "__slotnames__")
+        tx.output.guards.EQUALS_MATCH(src, names)
+    return wrap_constant(None if names is None else tuple(names))
+
+
+_ABSENT = object()

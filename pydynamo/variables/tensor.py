@@ -58,6 +58,10 @@ _DATA_METHODS = frozenset({
     "data_ptr", "backward", "register_hook", "__array__", "untyped_storage", "storage"})
 
 
+_COPY_PROTOCOL = ("__deepcopy__", "__copy__", "__reduce_ex__", "__reduce__", "__getstate__",
+                  "__setstate__")
+
+
 class TensorVariable(VariableTracker):
     def __init__(self, node, example_value, source=None, python_cls=torch.Tensor):
         super().__init__(source)
@@ -106,6 +110,9 @@ class TensorVariable(VariableTracker):
                                      "a tensor")
         if name == "size":
             return self._size_method(tx, args, kwargs)
+        if name in _COPY_PROTOCOL:  # Python objects in and out (a memo, a reduce tuple)
+            raise Unsupported(f"Tensor.{name} (copy.deepcopy / copy.copy / pickling of a tensor) "
+                              "is not modelled")
         if name == "__len__":
             if args or kwargs:
                 raise Unsupported("Tensor.__len__ with arguments")

@@ -18,6 +18,7 @@ def lookup_class_attr(tx, obj_var, cls, name, src):
     """
     from .builder import wrap_value
     from .functions import UserFunctionVariable, UserMethodVariable
+    refuse_stale_class_read(tx, cls, name)
     attr = inspect.getattr_static(cls, name, _MISSING)
     if attr is _MISSING:
         return _MISSING
@@ -62,6 +63,8 @@ class UserDefinedClassVariable(ObjectVariable):
 
     def var_getattr(self, tx, name):
         from .builder import wrap_value
+        refuse_stale_class_read(tx, self.value, name)
+        refuse_stale_class_read(tx, type(self.value), name)
         found = inspect.getattr_static(self.value, name, _MISSING)
         if found is _MISSING:
             raise Unsupported(f"class {self.value.__name__} has no attribute {name!r}")
@@ -85,6 +88,36 @@ class UserDefinedClassVariable(ObjectVariable):
 
     def _repr_value(self):
         return self.value.__qualname__
+
+
+def store_class_attr(tx, cls_var, name, value):
+    """``cls.name = value`` on a class that existed before the frame: ``type.__setattr__``
+    stores into the class's dict (replayed after the graph). Refused: special names (they
+    change the class's slots), a metaclass with its own ``__setattr__``, builtin classes."""
+    from .descriptors import class_var, type_lookup
+    cls = cls_var.value
+    if cls_var.source is None:
+        raise Unsupported(f"assignment to attribute {name!r} of the class {cls.__qualname__}, "
+                          "which the trace cannot reach by a source")
+    if name.startswith("__") and name.endswith("__"):
+        raise Unsupported(f"assignment to the special attribute {cls.__qualname__}.{name}")
+    if not cls.__flags__ & (1 << 9):  # Py_TPFLAGS_HEAPTYPE
+        raise Unsupported(f"assignment to attribute {name!r} of the builtin class {cls.__qualname__}")
+    meta = class_var(type(cls), AttrSource(cls_var.source, "__class__"))
+    setattr_, _ = type_lookup(tx, meta, "__setattr__")
+    if setattr_ is not type.__dict__["__setattr__"]:
+        raise Unsupported(f"assignment to {cls.__qualname__}.{name}: its metaclass "
+                          f"{type(cls).__qualname__} defines __setattr__")
+    tx.output.side_effects.store_class_attr(cls_var, name, value)
+    from .constant import ConstantVariable
+    return ConstantVariable(None)
+
+
+def refuse_stale_class_read(tx, cls, name):
+    """A lookup of ``name`` on ``cls`` after the trace wrote it on a class of its MRO."""
+    if tx.output.side_effects.class_written(cls, name):
+        raise Unsupported(f"reading {getattr(cls, '__qualname__', cls)}.{name} after the trace assigned "
+                          "it on a class (a lookup by another path would see the old value)")
 
 
 def _get_runs_python(attr):
