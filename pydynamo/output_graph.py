@@ -111,8 +111,11 @@ class OutputGraph:
         key = source.name()
         if key in self.inputs:
             return self.inputs[key][2]
+        try:
+            fake = self.shapes.fakify(self.fake_mode, source, value)
+        except RuntimeError as e:  # torch refuses to read the tensor (a view poisoned by an in-place op)
+            raise Unsupported(f"{source.name()} cannot be traced: {str(e).splitlines()[0][:200]}") from None
         node = self._placeholder(source)
-        fake = self.shapes.fakify(self.fake_mode, source, value)
         node.meta["example_value"] = fake
         # a module's parameter or buffer: backends may treat its address as stable (Inductor does)
         node.meta["pydynamo_static"] = isinstance(source, ModuleMemberSource) and source.table != "_modules"

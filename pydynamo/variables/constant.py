@@ -37,10 +37,21 @@ class ConstantVariable(VariableTracker):
         return [ConstantVariable(v) for v in self.value]
 
 
+    def _as_object(self):
+        """An enum member as the object it is: its class's attributes (properties, methods) can
+        be patched, so they are read by the attribute protocol, guarded on the class."""
+        from ..source import ConstObjectSource
+        from .objects import UserDefinedObjectVariable
+        return UserDefinedObjectVariable(self.value, self.source or ConstObjectSource(self.value))
+
     def has_attr(self, tx, name):
+        if isinstance(self.value, enum.Enum):
+            return self._as_object().has_attr(tx, name)
         return hasattr(self.value, name)
 
     def var_getattr(self, tx, name):
+        if isinstance(self.value, enum.Enum):
+            return self._as_object().var_getattr(tx, name)
         try:
             attr = getattr(self.value, name)
         except AttributeError:
@@ -52,6 +63,8 @@ class ConstantVariable(VariableTracker):
 
     def call_method(self, tx, name, args, kwargs):
         from .builder import wrap_constant
+        if isinstance(self.value, enum.Enum) and not (name.startswith("__") and name.endswith("__")):
+            return self._as_object().call_method(tx, name, args, kwargs)
         try:
             const_args = [a.as_python_constant() for a in args]
             const_kwargs = {k: v.as_python_constant() for k, v in kwargs.items()}
