@@ -232,6 +232,7 @@ class OutputGraph:
         if len(free) > 1:
             self.guards.ALIASING([s for s, _ in free], [v for _, v in free])
         _remove_dead_size_nodes(self.graph)
+        _remove_dead_pure_nodes(self.graph)
         gm = torch.fx.GraphModule(torch.nn.Module(), self.graph)
         gm.recompile()
         self.graph_module = gm
@@ -259,6 +260,29 @@ def _remove_dead_size_nodes(graph):
     for node in reversed(list(graph.nodes)):
         if node.op in ("call_function", "call_method") and not node.users \
                 and is_symbolic_value(node.meta.get("example_value")):
+            graph.erase_node(node)
+
+
+# Ops whose unused result can be dropped: no mutation, no randomness, no out= (library code such
+# as transformers' mask builders computes index tensors it then does not use).
+_PURE_NAMES = frozenset({
+    "getitem", "arange", "add", "sub", "mul", "truediv", "floordiv", "neg", "view", "reshape", "expand",
+    "expand_as", "unsqueeze", "squeeze", "transpose", "permute", "contiguous", "size", "to", "type_as",
+    "lt", "le", "gt", "ge", "eq", "ne", "and_", "or_", "invert", "flatten", "unflatten", "narrow",
+    "select", "clone", "float", "long", "int", "bool", "half", "bfloat16", "zeros", "ones", "full",
+    "zeros_like", "ones_like", "full_like", "cat", "stack", "where", "masked_fill", "matmul", "softmax"})
+
+
+def _remove_dead_pure_nodes(graph):
+    import operator
+    for node in reversed(list(graph.nodes)):
+        if node.op not in ("call_function", "call_method") or node.users or "out" in node.kwargs:
+            continue
+        target = node.target
+        name = target if isinstance(target, str) else getattr(target, "__name__", "")
+        pure_fn = node.op == "call_method" or target is operator.getitem or \
+            getattr(torch, name, None) is target or getattr(operator, name, None) is target
+        if pure_fn and name in _PURE_NAMES:
             graph.erase_node(node)
 
 

@@ -288,3 +288,34 @@ def test_subclass_changing_item_lookup_is_refused():
     d1, d2 = Lookup(a=1), Lookup(a=1)
     assert torch.equal(pydynamo.compile(f, backend="eager")(torch.ones(1), d1), f(torch.ones(1), d2))
     assert d1 == d2
+
+
+class KeysOnly:
+    def keys(self):
+        return ["p", "q"]
+
+    def __getitem__(self, k):
+        return k * 2
+
+
+def test_dict_from_mappings_that_are_not_dicts():
+    def f(x, reg):
+        d = {"z": 0}
+        d.update(reg)
+        return x + 1, dict(reg), {**reg}, d, dict(KeysOnly()), sorted(reg.items())
+    c = _compile(f)
+    got, want = c(torch.ones(1), Scaled(ab=1)), f(torch.ones(1), Scaled(ab=1))
+    assert torch.equal(got[0], want[0]) and got[1:] == want[1:]
+    assert got[1] == {"ab": 1}  # the keys of a dict subclass, not its keys unpacked as pairs
+
+
+def test_unused_pure_results_are_dropped():
+    cnt = CompileCounter()
+
+    def f(x):
+        unused = torch.arange(4)[:, None] + 1  # noqa: F841 (as transformers' mask helpers do)
+        x.add_(1)  # a mutation with no user: kept
+        return x * 2
+    x, y = torch.ones(2), torch.ones(2)
+    assert torch.equal(_compile(f, cnt)(x), f(y)) and torch.equal(x, y)
+    assert cnt.op_count == 2

@@ -196,6 +196,12 @@ def items_of(tx, mapping):
     if isinstance(mapping, DictVariable):
         return list(mapping.items.items())
     from .exceptions import raise_exception
+    try:
+        cls = mapping.python_type()
+    except Unsupported:
+        cls = None
+    if isinstance(cls, type) and hasattr(cls, "keys") and not isinstance(mapping, DictViewVariable):
+        return _mapping_items(tx, mapping, cls)
     pairs = []
     for i, pair in enumerate(mapping.unpack_var_sequence(tx)):
         try:
@@ -209,6 +215,24 @@ def items_of(tx, mapping):
                                        "2 is required"))
         pairs.append((_key(kv[0]), kv[1]))
     return pairs
+
+
+def _mapping_items(tx, mapping, cls):
+    """What ``dict(m)`` / ``d.update(m)`` / ``{**m}`` read from a mapping that is not a plain dict:
+    a dict subclass that keeps dict's iteration, its raw entries (CPython's fast path); anything
+    else, ``m.keys()`` then ``m[k]`` for each key, through the class's own methods."""
+    from .objects import UserDefinedObjectVariable, input_contents, solid_base
+    if isinstance(mapping, UserDefinedObjectVariable) and issubclass(cls, dict) \
+            and solid_base(cls) is dict:
+        from .descriptors import type_lookup
+        if type_lookup(tx, mapping.cls_var, "__iter__")[0] is dict.__iter__:
+            if mapping.base is None:
+                if mapping.value is None or mapping.source is None:
+                    raise Unsupported(f"the entries of {mapping}")
+                mapping.base = input_contents(tx, mapping)
+            return list(mapping.base.items.items())
+    keys = mapping.call_method(tx, "keys", [], {})
+    return [(_key(k), mapping.call_method(tx, "__getitem__", [k], {})) for k in keys.unpack_var_sequence(tx)]
 
 
 class DictViewVariable(VariableTracker):
