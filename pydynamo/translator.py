@@ -413,8 +413,10 @@ class InstructionTranslator(TranslatorBase):
 
     def _append_restoring_grad_mode(self, cg, instrs, lineno):
         """``instrs``, run inside `with` blocks that set the grad mode: if they raise, the mode
-        the blocks' ``__exit__`` would have restored is set again before the exception leaves."""
-        outer = self.output.initial_grad_mode
+        the blocks' ``__exit__`` would have restored is set again before the exception leaves.
+        Outside such blocks a mode set by ``torch.set_grad_enabled(...)`` stays, as in Python."""
+        ctxs = [v.ctx for v in self.stack if isinstance(v, WithExitVariable) and hasattr(v.ctx, "initial")]
+        outer = ctxs[0].initial if ctxs else torch.is_grad_enabled()
         if torch.is_grad_enabled() == outer:
             return cg.append(*instrs)
         handler, end = bu.new_label(), bu.new_label()

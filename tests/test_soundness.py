@@ -519,3 +519,29 @@ def test_reset_frees_shape_envs():
     assert shape_envs() - before
     pydynamo.reset()
     assert not shape_envs() - before
+
+
+def test_grad_mode_set_by_a_call_survives_an_exception_at_a_break():
+    import pydynamo as _pd
+
+    def set_then_raise(x):
+        torch.set_grad_enabled(True)
+        x = x + 1
+        raise TypeError("boom")
+
+    def with_then_raise(x):
+        torch.set_grad_enabled(False)
+        with torch.enable_grad():
+            x = x + 1
+            raise TypeError("boom")
+    for fn, start in ((set_then_raise, False), (with_then_raise, True)):
+        modes = []
+        for f in (fn, _pd.compile(fn, backend="eager")):
+            torch.set_grad_enabled(start)
+            try:
+                f(torch.ones(2))
+            except TypeError:
+                pass
+            modes.append(torch.is_grad_enabled())
+        torch.set_grad_enabled(True)
+        assert modes[0] == modes[1], (fn.__name__, modes)
