@@ -231,8 +231,7 @@ class OutputGraph:
                 if isinstance(value, torch.Tensor) and not isinstance(src, ModuleMemberSource)]
         if len(free) > 1:
             self.guards.ALIASING([s for s, _ in free], [v for _, v in free])
-        _remove_dead_size_nodes(self.graph)
-        _remove_dead_pure_nodes(self.graph)
+        _remove_dead_nodes(self.graph)
         gm = torch.fx.GraphModule(torch.nn.Module(), self.graph)
         gm.recompile()
         self.graph_module = gm
@@ -254,15 +253,6 @@ class OutputGraph:
         return name
 
 
-def _remove_dead_size_nodes(graph):
-    """Size arithmetic that nothing used (folded in a branch, or only guarded) is not computed."""
-    from .shapes import is_symbolic_value
-    for node in reversed(list(graph.nodes)):
-        if node.op in ("call_function", "call_method") and not node.users \
-                and is_symbolic_value(node.meta.get("example_value")):
-            graph.erase_node(node)
-
-
 # Ops whose unused result can be dropped: no mutation, no randomness, no out= (library code such
 # as transformers' mask builders computes index tensors it then does not use).
 _PURE_NAMES = frozenset({
@@ -273,16 +263,24 @@ _PURE_NAMES = frozenset({
     "zeros_like", "ones_like", "full_like", "cat", "stack", "where", "masked_fill", "matmul", "softmax"})
 
 
-def _remove_dead_pure_nodes(graph):
+def _droppable(node):
+    """An unused node whose op has no effect: size arithmetic (folded in a branch, or only
+    guarded), or a pure op of _PURE_NAMES."""
     import operator
-    for node in reversed(list(graph.nodes)):
-        if node.op not in ("call_function", "call_method") or node.users or "out" in node.kwargs:
-            continue
-        target = node.target
-        name = target if isinstance(target, str) else getattr(target, "__name__", "")
-        pure_fn = node.op == "call_method" or target is operator.getitem or \
-            getattr(torch, name, None) is target or getattr(operator, name, None) is target
-        if pure_fn and name in _PURE_NAMES:
+    from .shapes import is_symbolic_value
+    if node.op not in ("call_function", "call_method") or node.users or "out" in node.kwargs:
+        return False
+    if is_symbolic_value(node.meta.get("example_value")):
+        return True
+    target = node.target
+    name = target if isinstance(target, str) else getattr(target, "__name__", "")
+    return name in _PURE_NAMES and (node.op == "call_method" or getattr(torch, name, None) is target
+                                    or getattr(operator, name, None) is target)
+
+
+def _remove_dead_nodes(graph):
+    for node in reversed(list(graph.nodes)):  # users before what they use: chains go at once
+        if _droppable(node):
             graph.erase_node(node)
 
 
@@ -344,14 +342,17 @@ def _tensor_type_classes():
     return set(torch._tensor_classes)
 
 
-def walk_values(values):
-    """Every tracker reachable from ``values`` through containers."""
-    from .variables.base import GetAttrVariable
+def walk_values(values, through_iterators=True):
+    """Every tracker reachable from ``values`` through containers, objects' attributes, bound
+    methods, closures and exceptions. ``through_iterators=False``: not an iterator's items (the
+    real iterator holds its container, whose contents may have changed since)."""
+    from .variables.base import CellVariable, GetAttrVariable, VariableTracker
     from .variables.dicts import DictVariable, DictViewVariable
-    from .variables.base import CellVariable
     from .variables.exceptions import ExceptionVariable
     from .variables.functions import NestedUserFunctionVariable, UserMethodVariable
     from .variables.lists import BaseListVariable, ListIteratorVariable
+    from .variables.objects import InstanceDictVariable, MappingProxyVariable
+    sequences = (BaseListVariable, ListIteratorVariable) if through_iterators else BaseListVariable
     stack, seen = list(values), set()
     while stack:
         var = stack.pop()
@@ -359,7 +360,7 @@ def walk_values(values):
             continue
         seen.add(id(var))
         yield var
-        if isinstance(var, (BaseListVariable, ListIteratorVariable)):
+        if isinstance(var, sequences):
             stack.extend(var.items)
         elif isinstance(var, DictVariable):
             stack.extend(var.items.values())
@@ -369,12 +370,16 @@ def walk_values(values):
             stack.append(var.obj)
         elif hasattr(var, "nested_values"):  # user objects (objects.py)
             stack.extend(var.nested_values())
+        elif isinstance(var, InstanceDictVariable):  # not its owner: the dict does not hold it
+            stack.extend(v for v in var.obj.attrs.values() if isinstance(v, VariableTracker))
+        elif isinstance(var, MappingProxyVariable):
+            stack.append(var.mapping)
         elif isinstance(var, NestedUserFunctionVariable):
             stack.extend([*var.defaults, *var.kwdefaults.values(), *var.closure])
         elif isinstance(var, CellVariable) and var.contents is not None:
             stack.append(var.contents)
         elif isinstance(var, ExceptionVariable):
-            stack.extend([*var.args, *(v for v in (var.cause, var.context) if v is not None)])
+            stack.extend([*var.args, *(v for v in (var.cause, var.context) if isinstance(v, VariableTracker))])
 
 
 def _log_output(output):

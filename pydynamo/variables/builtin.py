@@ -56,13 +56,21 @@ _CALLABLE_KINDS = (types.BuiltinFunctionType, types.FunctionType, types.MethodDe
                    types.ClassMethodDescriptorType, type)
 
 
-def is_supported_builtin(value):
+def _known(value, *tables):
     if not isinstance(value, _CALLABLE_KINDS):
         return False
     try:
-        return value in _HANDLERS or value in _PURE
-    except TypeError:
+        return any(value in t for t in tables)
+    except TypeError:  # a class whose metaclass makes it unhashable
         return False
+
+
+def _is_pure(value):
+    return _known(value, _PURE)
+
+
+def is_supported_builtin(value):
+    return _known(value, _HANDLERS, _PURE)
 
 
 def _constants(args, kwargs):
@@ -146,14 +154,14 @@ def call_builtin(tx, fn, args, kwargs, from_opcode=False):
     """``fn(*args, **kwargs)``; ``from_opcode``: an opcode's own call, whose form is right."""
     if fn in (str, repr) and len(args) == 1 and not kwargs and hasattr(args[0], "as_string"):
         return args[0].as_string(fn)  # exceptions: str(e) / repr(e)
-    handler = _HANDLERS.get(fn) if isinstance(fn, _CALLABLE_KINDS) else None
+    handler = _HANDLERS.get(fn) if _known(fn, _HANDLERS) else None
     if handler is not None:
         if not from_opcode:
             check_call_form(fn, handler, args, kwargs)
         return handler(tx, *args, **kwargs)
-    if is_supported_builtin(fn) and fn in _PURE and _all_constant(args, kwargs):
+    if _is_pure(fn) and _all_constant(args, kwargs):
         return fold(fn, args, kwargs, exact=True)
-    if is_supported_builtin(fn) and fn in _PURE and any(_sym_operands(a) for a in [*args, *kwargs.values()]):
+    if _is_pure(fn) and any(_sym_operands(a) for a in [*args, *kwargs.values()]):
         return _builtin_on_sizes(tx, fn, args, kwargs)
     raise Unsupported(f"builtin {getattr(fn, '__qualname__', fn)} with arguments "
                       f"{[type(a).__name__ for a in args]} is not supported")

@@ -105,7 +105,6 @@ class IdKey:
 def same_object(tx, a, b):
     """Whether trackers ``a`` and ``b`` are one object: True, False, or None (not known)."""
     from .builtin import is_same_object
-    from .dicts import DictVariable
     from .objects import InstanceDictVariable
     if a is b:
         return True
@@ -164,48 +163,16 @@ def _input_dict(tx, d):
 
 def _reachable(tx):
     """ids of the trackers reachable from the frames being traced: objects alive now. Only
-    references the real objects hold are followed (a container's items, an object's attributes,
-    a bound method's object, a closure's cells); not an iterator's items (it holds its
-    container, whose contents may have changed since), nor the owner of a ``__dict__``."""
-    from .base import CellVariable, GetAttrVariable
-    from .dicts import DictVariable, DictViewVariable
-    from .exceptions import ExceptionVariable
-    from .functions import NestedUserFunctionVariable, UserMethodVariable
-    from .lists import BaseListVariable
-    from .objects import InstanceDictVariable, MappingProxyVariable, UserDefinedObjectVariable
-    stack, t = [], tx
+    references the real objects hold are followed (see output_graph.walk_values; not an
+    iterator's items, nor the owner of a ``__dict__``)."""
+    from ..output_graph import walk_values
+    roots, t = [], tx
     while t is not None:
-        stack += t.stack
-        stack += [v for v in t.symbolic_locals.values() if v is not None]
-        stack += list(t.cells.values())
+        roots += t.stack
+        roots += [v for v in t.symbolic_locals.values() if v is not None]
+        roots += list(t.cells.values())
         t = getattr(t, "parent", None)
-    seen = set()
-    while stack:
-        var = stack.pop()
-        if id(var) in seen:
-            continue
-        seen.add(id(var))
-        if isinstance(var, BaseListVariable):
-            stack.extend(var.items)
-        elif isinstance(var, DictVariable):
-            stack.extend(var.items.values())
-        elif isinstance(var, DictViewVariable):
-            stack.append(var.dict_var)
-        elif isinstance(var, (GetAttrVariable, UserMethodVariable)):
-            stack.append(var.obj)
-        elif isinstance(var, UserDefinedObjectVariable):
-            stack.extend(var.nested_values())
-        elif isinstance(var, InstanceDictVariable):
-            stack.extend(v for v in var.obj.attrs.values() if isinstance(v, VariableTracker))
-        elif isinstance(var, MappingProxyVariable):
-            stack.append(var.mapping)
-        elif isinstance(var, NestedUserFunctionVariable):
-            stack.extend([*var.defaults, *var.kwdefaults.values(), *var.closure])
-        elif isinstance(var, CellVariable) and var.contents is not None:
-            stack.append(var.contents)
-        elif isinstance(var, ExceptionVariable):
-            stack.extend([*var.args, *(v for v in (var.cause, var.context) if isinstance(v, VariableTracker))])
-    return seen
+    return {id(v) for v in walk_values(roots, through_iterators=False)}
 
 
 def _alive(tx, var, reachable):

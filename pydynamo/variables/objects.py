@@ -533,24 +533,17 @@ def call_builtin_method(tx, descr, obj, args, kwargs):
     return _container_method(tx, owner, name, obj, args, kwargs)
 
 
-class RawContents:
-    """A guard: ``v`` is a ``cls`` whose raw contents (dict's or list's own methods, no
-    override of the class runs) have these keys in this order, or this length."""
+class RawLength:
+    """A guard: ``v`` is a ``cls`` (a list subclass) of this length by list's own ``__len__``."""
 
-    def __init__(self, cls, keys=None, length=None):
-        self.cls, self.keys, self.length = cls, keys, length
+    def __init__(self, cls, length):
+        self.cls, self.length = cls, length
 
     def __call__(self, v):
-        from .sets import _identical
-        if type(v) is not self.cls:
-            return False
-        if self.keys is None:
-            return list.__len__(v) == self.length
-        return dict.__len__(v) == len(self.keys) and all(_identical(a, b) for a, b in zip(dict.__iter__(v), self.keys))
+        return type(v) is self.cls and list.__len__(v) == self.length
 
     def __repr__(self):
-        return (f"is a {self.cls.__name__} with keys {list(self.keys)!r}" if self.keys is not None
-                else f"is a {self.cls.__name__} of length {self.length}")
+        return f"is a {self.cls.__name__} of length {self.length}"
 
 
 def input_contents(tx, obj):
@@ -571,11 +564,12 @@ def input_contents(tx, obj):
         keys = tuple(dict.__iter__(value))
         if not all(valid_key(k) for k in keys):
             raise Unsupported(f"the contents of {obj}: a key that is neither a constant nor hashed by identity")
-        check = RawContents(type(value), keys=keys)
+        from .stdlib import KeysAre
+        check = KeysAre(type(value), keys, raw=True)
         tx.output.guards.PREDICATE(src, check, f"{src.name()} {check!r}")
         return DictVariable({k: wrap_value(tx, dict.__getitem__(value, k), GetItemSource(src, k)) for k in keys}, src)
     n = list.__len__(value)
-    check = RawContents(type(value), length=n)
+    check = RawLength(type(value), n)
     tx.output.guards.PREDICATE(src, check, f"{src.name()} {check!r}")
     return ListVariable([wrap_value(tx, list.__getitem__(value, i), GetItemSource(src, i)) for i in range(n)], src)
 

@@ -235,15 +235,17 @@ def _deque(tx, iterable=None, maxlen=None):
 
 class KeysAre:
     """A guard: the value is a ``cls`` whose keys are, in iteration order, ``keys`` (same type
-    and value each)."""
+    and value each). ``raw``: read by dict's own ``__len__``/``__iter__`` (a dict subclass's
+    overrides never run in a guard)."""
 
-    def __init__(self, cls, keys):
-        self.cls, self.keys = cls, tuple(keys)
+    def __init__(self, cls, keys, raw=False):
+        self.cls, self.keys, self.raw = cls, tuple(keys), raw
 
     def __call__(self, value):
         from .sets import _identical
-        return type(value) is self.cls and len(value) == len(self.keys) and all(
-            _identical(a, b) for a, b in zip(value, self.keys))
+        length, iterate = (dict.__len__, dict.__iter__) if self.raw else (len, iter)
+        return type(value) is self.cls and length(value) == len(self.keys) and all(
+            _identical(a, b) for a, b in zip(iterate(value), self.keys))
 
     def __repr__(self):
         return f"is a {self.cls.__name__} with keys {list(self.keys)!r}"
