@@ -77,7 +77,8 @@ typedef struct {
     TensorSpec *tensor;
     PydShapeProgram *shapes; /* SHAPE_ENV */
     PyObject *text;
-    struct { Step *steps; Py_ssize_t nsteps; long group; } *paths; /* ALIASING: values, groups */
+    struct { Step *steps; Py_ssize_t nsteps; long group; Py_ssize_t slot; } *paths; /* ALIASING: values, groups,
+                                                  and where the tree leaves each value (see Node.captures) */
     Py_ssize_t npaths;
 } Check;
 
@@ -89,6 +90,7 @@ typedef struct Node {
     struct Node **kids;
     Py_ssize_t nkids;
     int needs_value;            /* some check in this subtree fails if the value cannot be read */
+    Py_ssize_t *captures, ncaptures; /* value slots this node's value is kept in (ALIASING paths) */
 } Node;
 
 typedef struct {
@@ -96,6 +98,7 @@ typedef struct {
     Check *checks;
     Py_ssize_t n, cap;
     Py_ssize_t max_local;
+    Py_ssize_t nslots;          /* value slots the ALIASING checks' paths fill while the tree is evaluated */
     Node root;                  /* its kids are the roots (argument slots, globals, ...) */
 } GuardSetObject;
 
@@ -112,14 +115,56 @@ static int generic_getattribute(PyTypeObject *tp)
     return tp->tp_getattro == PyObject_GenericGetAttr || _PyType_Lookup(tp, str_getattribute) == object_getattribute;
 }
 
-/* getattr(obj, name), skipping the slot machinery of classes that only add __getattr__. */
+/* A Python __getattr__ known to look `name` up in dicts held in the instance's __dict__ under
+ * the names in `table_getattr_tables`, in order, and to raise AttributeError otherwise
+ * (nn.Module.__getattr__: _parameters, _buffers, _modules). Registered from Python by
+ * set_table_getattr; NULL until then. */
+static PyObject *table_getattr_func, *table_getattr_tables, *str_getattr, *str_dunder_dict;
+
+/* The table lookup of table_getattr_func on `obj`: a new reference, NULL with no exception set if
+ * the name is in no table, or NULL with *fallback set where the shortcut does not apply exactly
+ * (a missing or non-dict instance dict or table: then the real __getattr__ runs). */
+static PyObject *table_getattr(PyObject *obj, PyObject *name, int *fallback)
+{
+    PyObject **dictptr = _PyObject_GetDictPtr(obj);
+    PyObject *dict_descr = _PyType_Lookup(Py_TYPE(obj), str_dunder_dict); /* self.__dict__ is the instance dict */
+    if (dictptr == NULL || *dictptr == NULL || !PyDict_CheckExact(*dictptr) || !PyUnicode_CheckExact(name) ||
+        dict_descr == NULL || !Py_IS_TYPE(dict_descr, &PyGetSetDescr_Type)) {
+        *fallback = 1;
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(table_getattr_tables); i++) {
+        PyObject *table = PyDict_GetItemWithError(*dictptr, PyTuple_GET_ITEM(table_getattr_tables, i));
+        if (table == NULL) {
+            if (PyErr_Occurred()) return NULL;
+            continue;
+        }
+        if (!PyDict_CheckExact(table)) {
+            *fallback = 1;
+            return NULL;
+        }
+        PyObject *v = PyDict_GetItemWithError(table, name);
+        if (v != NULL || PyErr_Occurred()) return Py_XNewRef(v);
+    }
+    return NULL;
+}
+
+/* getattr(obj, name), skipping the slot machinery of classes that only add __getattr__, and
+ * that __getattr__ itself where it is the registered table lookup. */
 static PyObject *read_attr(PyObject *obj, PyObject *name)
 {
     PyTypeObject *tp = Py_TYPE(obj);
+    if (tp->tp_getattro == PyObject_GenericGetAttr && PyUnicode_CheckExact(name))
+        return _PyObject_GenericGetAttrWithDict(obj, name, NULL, 1); /* missing: NULL, no AttributeError made */
     if (tp->tp_getattro != PyObject_GenericGetAttr && generic_getattribute(tp)) {
         PyObject *v = _PyObject_GenericGetAttrWithDict(obj, name, NULL, 1);
         if (v != NULL || PyErr_Occurred()) return v;
         /* not found: __getattr__ may supply it */
+        if (table_getattr_func != NULL && _PyType_Lookup(tp, str_getattr) == table_getattr_func) {
+            int fallback = 0;
+            v = table_getattr(obj, name, &fallback);
+            if (!fallback) return v; /* NULL without an exception: no such attribute */
+        }
     }
     return PyObject_GetAttr(obj, name);
 }
@@ -173,7 +218,7 @@ static PyObject *read_step(const Step *step, PyObject *parent, const PydGuardCtx
     case STEP_METHOD_FUNC:
         return read_method_func(parent, step->name);
     case STEP_GENERIC_ATTR:
-        return PyObject_GenericGetAttr(parent, step->name);
+        return _PyObject_GenericGetAttrWithDict(parent, step->name, NULL, 1);
     case STEP_TYPE_LOOKUP:
         if (!PyType_Check(parent)) return NULL;
         v = _PyType_Lookup((PyTypeObject *)parent, step->name); /* borrowed; NULL: not found */
@@ -352,8 +397,10 @@ static int test_value(const Check *c, PyObject *v, const char **detail)
 
 /* The first failing check under `node`, whose value is `v` (NULL: unreadable); -1 if all pass. */
 static Py_ssize_t eval_node(GuardSetObject *gs, const Node *node, PyObject *v, const PydGuardCtx *ctx,
-                            const char **detail)
+                            PyObject **slots, const char **detail)
 {
+    for (Py_ssize_t i = 0; v != NULL && i < node->ncaptures; i++)
+        if (slots[node->captures[i]] == NULL) slots[node->captures[i]] = Py_NewRef(v);
     for (Py_ssize_t i = 0; i < node->ntests; i++) {
         int ok = test_value(&gs->checks[node->tests[i]], v, detail);
         if (ok == 1) continue;
@@ -371,7 +418,7 @@ static Py_ssize_t eval_node(GuardSetObject *gs, const Node *node, PyObject *v, c
             if (kv == NULL && PyErr_Occurred()) PyErr_Clear();
         }
         if (kv == NULL && !kid->needs_value) continue; /* only NOT_PRESENT checks below: they pass */
-        Py_ssize_t failed = eval_node(gs, kid, kv, ctx, detail);
+        Py_ssize_t failed = eval_node(gs, kid, kv, ctx, slots, detail);
         Py_XDECREF(kv);
         if (failed >= 0) return failed;
     }
@@ -380,31 +427,44 @@ static Py_ssize_t eval_node(GuardSetObject *gs, const Node *node, PyObject *v, c
 
 /* ALIASING: among the values read by c->paths, two are the same object exactly when their
  * groups are equal, as when the graph was traced. Compiled graphs (AOTAutograd) specialize on
- * which tensor inputs alias each other. */
-static int aliasing_matches(const Check *c, const PydGuardCtx *ctx, const char **detail)
+ * which tensor inputs alias each other. The values were left in `slots` by the tree's walk (NULL:
+ * unreadable, which other checks report). Sorted by address, then by group: within a run of one
+ * address the groups must agree, and within a run of one group the addresses. */
+typedef struct { PyObject *v; long group; } AliasItem;
+
+static int by_address(const void *a, const void *b)
 {
-    PyObject *small[16], **seen = c->npaths <= 16 ? small : PyMem_Calloc(c->npaths, sizeof(PyObject *));
-    if (seen == NULL) return -1;
+    uintptr_t x = (uintptr_t)((const AliasItem *)a)->v, y = (uintptr_t)((const AliasItem *)b)->v;
+    return x < y ? -1 : x > y;
+}
+
+static int by_group(const void *a, const void *b)
+{
+    long x = ((const AliasItem *)a)->group, y = ((const AliasItem *)b)->group;
+    return x < y ? -1 : x > y;
+}
+
+static int aliasing_matches(const Check *c, PyObject **slots, const char **detail)
+{
+    AliasItem small[32], *items = c->npaths <= 32 ? small : PyMem_Malloc(c->npaths * sizeof(AliasItem));
+    if (items == NULL) return -1;
+    Py_ssize_t n = 0;
+    for (Py_ssize_t i = 0; i < c->npaths; i++)
+        if (slots[c->paths[i].slot] != NULL) items[n++] = (AliasItem){slots[c->paths[i].slot], c->paths[i].group};
     int ok = 1;
-    Py_ssize_t i;
-    for (i = 0; i < c->npaths && ok == 1; i++) {
-        PyObject *v = NULL;
-        for (Py_ssize_t k = 0; k < c->paths[i].nsteps; k++) {
-            PyObject *next = read_step(&c->paths[i].steps[k], v, ctx);
-            Py_XDECREF(v);
-            if ((v = next) == NULL) break;
+    qsort(items, n, sizeof(AliasItem), by_address);
+    for (Py_ssize_t i = 1; i < n && ok; i++)
+        if (items[i].v == items[i - 1].v && items[i].group != items[i - 1].group) {
+            ok = 0;
+            *detail = "two inputs are now the same object";
         }
-        if (v == NULL && PyErr_Occurred()) PyErr_Clear(); /* unreadable: other checks report it */
-        seen[i] = v;
-        for (Py_ssize_t j = 0; v != NULL && j < i; j++) {
-            if ((seen[j] == v) != (c->paths[j].group == c->paths[i].group)) {
-                ok = 0;
-                *detail = seen[j] == v ? "two inputs are now the same object" : "inputs no longer alias";
-            }
+    qsort(items, n, sizeof(AliasItem), by_group);
+    for (Py_ssize_t i = 1; i < n && ok; i++)
+        if (items[i].group == items[i - 1].group && items[i].v != items[i - 1].v) {
+            ok = 0;
+            *detail = "inputs no longer alias";
         }
-    }
-    for (Py_ssize_t j = 0; j < i; j++) Py_XDECREF(seen[j]);
-    if (seen != small) PyMem_Free(seen);
+    if (items != small) PyMem_Free(items);
     return ok;
 }
 
@@ -413,22 +473,32 @@ int pyd_guardset_check(PyObject *self, const PydGuardCtx *ctx, PyObject **why)
     GuardSetObject *gs = (GuardSetObject *)self;
     const char *detail = NULL;
     Py_ssize_t failed = -1;
-    /* checks without steps first: global-state predicates, then aliasing */
+    PyObject *small[64], **slots = gs->nslots <= 64 ? small : PyMem_Malloc(gs->nslots * sizeof(PyObject *));
+    if (slots == NULL) {
+        PyErr_Clear();
+        return 0; /* no memory: a miss, never a wrong hit */
+    }
+    memset(slots, 0, gs->nslots * sizeof(PyObject *));
+    /* checks without steps first: global-state predicates */
     for (Py_ssize_t i = 0; i < gs->n && failed < 0; i++) {
         const Check *c = &gs->checks[i];
-        if (c->nsteps || c->kind == SHAPE_ENV) continue;
-        int ok;
-        if (c->kind == ALIASING) {
-            ok = aliasing_matches(c, ctx, &detail);
-        } else {
-            PyObject *r = PyObject_CallNoArgs(c->value);
-            ok = r ? PyObject_IsTrue(r) : -1;
-            Py_XDECREF(r);
-        }
+        if (c->nsteps || c->kind != PREDICATE) continue;
+        PyObject *r = PyObject_CallNoArgs(c->value);
+        int ok = r ? PyObject_IsTrue(r) : -1;
+        Py_XDECREF(r);
         if (ok < 0) { PyErr_Clear(); detail = "raised an exception"; }
         if (ok != 1) failed = i;
     }
-    if (failed < 0) failed = eval_node(gs, &gs->root, NULL, ctx, &detail);
+    if (failed < 0) failed = eval_node(gs, &gs->root, NULL, ctx, slots, &detail);
+    /* aliasing, on the values the tree's walk kept */
+    for (Py_ssize_t i = 0; i < gs->n && failed < 0; i++) {
+        if (gs->checks[i].kind != ALIASING) continue;
+        int ok = aliasing_matches(&gs->checks[i], slots, &detail);
+        if (ok < 0) { PyErr_Clear(); detail = "out of memory"; }
+        if (ok != 1) failed = i;
+    }
+    for (Py_ssize_t i = 0; i < gs->nslots; i++) Py_XDECREF(slots[i]);
+    if (slots != small) PyMem_Free(slots);
     /* symbolic-shape facts last: the tensors they read have passed TENSOR_MATCH (rank known) */
     for (Py_ssize_t i = 0; i < gs->n && failed < 0; i++)
         if (gs->checks[i].kind == SHAPE_ENV && pyd_shape_program_check(gs->checks[i].shapes, ctx, &detail) != 1)
@@ -703,9 +773,24 @@ static Node *child_for(Node *node, const Step *step)
 /* Put check `idx` in the tree. Checks without steps (global-state predicates) stay outside. */
 static int tree_insert(GuardSetObject *gs, Py_ssize_t idx)
 {
-    const Check *c = &gs->checks[idx];
+    Check *c = &gs->checks[idx];
     Node *node = &gs->root;
     int needs = c->kind != NOT_PRESENT;
+    if (c->kind == ALIASING) {
+        /* each path's value is kept by its node while the tree is walked; slots are never reused,
+         * so a capture left by a failed insert fills a slot no check reads */
+        Py_ssize_t first = gs->nslots;
+        gs->nslots += c->npaths;
+        for (Py_ssize_t p = 0; p < c->npaths; p++) {
+            node = &gs->root;
+            for (Py_ssize_t i = 0; i < c->paths[p].nsteps; i++)
+                if ((node = child_for(node, &c->paths[p].steps[i])) == NULL) return -1;
+            if (append_slot((void **)&node->captures, node->ncaptures, sizeof(Py_ssize_t)) < 0) return -1;
+            c->paths[p].slot = first + p;
+            node->captures[node->ncaptures++] = first + p;
+        }
+        return 0;
+    }
     for (Py_ssize_t i = 0; i < c->nsteps; i++) {
         if ((node = child_for(node, &c->steps[i])) == NULL) return -1;
         node->needs_value |= needs;
@@ -725,6 +810,7 @@ static void free_node_contents(Node *node)
     }
     PyMem_Free(node->kids);
     PyMem_Free(node->tests);
+    PyMem_Free(node->captures);
 }
 
 static PyObject *GuardSet_add(GuardSetObject *self, PyObject *args)
@@ -969,7 +1055,24 @@ static PyObject *fast_tensor_guards(PyObject *m, PyObject *unused)
     return PyBool_FromLong(get_fast_api() != NULL);
 }
 
+static PyObject *set_table_getattr(PyObject *m, PyObject *args)
+{
+    PyObject *func, *tables;
+    if (!PyArg_ParseTuple(args, "OO!", &func, &PyTuple_Type, &tables)) return NULL;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(tables); i++)
+        if (!PyUnicode_CheckExact(PyTuple_GET_ITEM(tables, i))) {
+            PyErr_SetString(PyExc_TypeError, "set_table_getattr: table names must be str");
+            return NULL;
+        }
+    Py_XSETREF(table_getattr_func, Py_NewRef(func));
+    Py_XSETREF(table_getattr_tables, Py_NewRef(tables));
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef guards_functions[] = {
+    {"set_table_getattr", set_table_getattr, METH_VARARGS,
+     "set_table_getattr(func, tables): guards may run a class's __getattr__ that is `func` as a lookup of the "
+     "name in the instance-dict entries named by `tables` (dicts), in order; func must behave exactly so"},
     {"fast_tensor_guards", fast_tensor_guards, METH_NOARGS,
      "whether TENSOR_MATCH uses the C++ fast path (pydynamo._tensor_guard, built against this torch)"},
     {NULL},
@@ -981,7 +1084,9 @@ int pyd_guards_init(PyObject *module)
     if (!(str_size = PyUnicode_InternFromString("size")) || !(str_stride = PyUnicode_InternFromString("stride")) ||
         !(str_storage_offset = PyUnicode_InternFromString("storage_offset")) ||
         !(str_func = PyUnicode_InternFromString("__func__")) ||
-        !(str_getattribute = PyUnicode_InternFromString("__getattribute__")))
+        !(str_getattribute = PyUnicode_InternFromString("__getattribute__")) ||
+        !(str_getattr = PyUnicode_InternFromString("__getattr__")) ||
+        !(str_dunder_dict = PyUnicode_InternFromString("__dict__")))
         return -1;
     if ((object_getattribute = _PyType_Lookup(&PyBaseObject_Type, str_getattribute)) == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "object.__getattribute__ not found");

@@ -11,7 +11,13 @@ from typing import Any, NamedTuple
 
 import torch
 
+from . import _C
 from .source import Source
+
+# nn.Module.__getattr__ only looks the name up in these instance-dict tables, in order: guards
+# reading a submodule, parameter or buffer by attribute do the same lookup in C instead of
+# calling it (the check still runs the real one if the tables are not plain dicts).
+_C.set_table_getattr(torch.nn.Module.__getattr__, ("_parameters", "_buffers", "_modules"))
 
 _EQUALS_TYPES = (type(None), bool, int, float, str)
 

@@ -297,3 +297,58 @@ def test_empty_attrs_checks_each_named_attribute():
     assert not g.check([object()], {})   # attributes missing: fails, never passes
     with pytest.raises(TypeError):
         one(L(0), "EMPTY_ATTRS", ["_forward_hooks"])
+
+
+def test_aliasing_reads_values_with_the_tree_and_many_paths():
+    """The paths' values are kept while the tree is walked (shared with other checks' chains);
+    more paths than the small buffer; unreadable values are left to other checks."""
+    objs = [object() for _ in range(40)]
+    holder = types.SimpleNamespace(items=list(objs))
+    paths = tuple(L(0, ("a", "items"), ("i", i)) for i in range(40))
+    gs = guards((L(0, ("a", "items")), "LEN", 40, "len"),
+                ((), "ALIASING", (paths, tuple(range(40))), "distinct"))
+    assert gs.check([holder], {})
+    holder.items[7] = holder.items[31]
+    assert gs.first_failure([holder], {}) == "distinct (two inputs are now the same object)"
+    holder.items[7] = objs[7]
+    assert gs.check([holder], {})
+    groups = tuple(100 if i in (3, 39) else i for i in range(40))
+    shared = one((), "ALIASING", (paths, groups), "3 is 39")
+    assert shared.first_failure([holder], {}) == "3 is 39 (inputs no longer alias)"
+    holder.items[39] = holder.items[3]
+    assert shared.check([holder], {})
+    holder.items = holder.items[:10]  # paths 10.. unreadable: this check passes, LEN reports it
+    assert gs.first_failure([holder], {}) == "len"
+
+
+def test_module_attribute_reads_follow_module_getattr():
+    """nn.Module's __getattr__ (registered by pydynamo.guards) is read from its tables in C, with
+    Python's order and fallbacks."""
+    torch = _torch()
+    import pydynamo.guards  # noqa: F401 - registers nn.Module.__getattr__
+    m = torch.nn.Linear(2, 2)
+    w = m.weight
+    g = one(L(0, ("a", "weight")), "ID_MATCH", w, "weight")
+    assert g.check([m], {})
+    m.weight = torch.nn.Parameter(torch.zeros(2, 2))
+    assert not g.check([m], {})
+    m.weight = w
+    assert g.check([m], {})
+    del m._parameters["weight"]
+    assert g.first_failure([m], {}) == "weight (value could not be read)"   # in no table
+    m._buffers["weight"] = w                      # a buffer of that name is found next
+    assert g.check([m], {})
+    del m._buffers["weight"]
+    m._modules["weight"] = w                      # then a submodule
+    assert g.check([m], {})
+    m._parameters["weight"] = torch.nn.Parameter(torch.zeros(1))  # parameters come first
+    assert not g.check([m], {})
+    m._parameters = type("Table", (dict,), {})(weight=w)  # not a plain dict: the real __getattr__
+    assert g.check([m], {})
+    assert one(L(0, ("a", "nothing")), "NOT_PRESENT", None).check([m], {})
+
+    class Own(torch.nn.Module):
+        def __getattr__(self, name):
+            return w if name == "weight" else super().__getattr__(name)
+
+    assert g.check([Own()], {})

@@ -5,12 +5,14 @@
     python tools/bench_models.py --backend triton    # pydynamo with its bundled Triton backend
 
 For each model and mode it prints the step time of each system (CUDA events; the systems are
-timed in turns, best of 10 rounds of medians), the ratio pydynamo / torch.compile (target: <= 1.02; the median over rounds
-of the two systems' times in the same round, so slow drifts cancel), the number of graphs each
-compiled (target: equal), and the first-call (compile) time, and the spread of each system's rounds (max/min - 1: how much of
-the ratio is noise). Run with TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 for honest
-cold compile times (otherwise the second system may hit Inductor's cache for the same graph). Runs on CUDA when available, else on
-the CPU with the small model sizes (a smoke run, not a measurement).
+timed in turns: 10 rounds, each the mean of iters/10 steps run back to back as a training or
+serving loop runs them; the best round), the ratio pydynamo / torch.compile (target: <= 1.02;
+the median over rounds of the two systems' times in the same round, so slow drifts cancel), the
+number of graphs each compiled (target: equal), the first-call (compile) time, and the spread of
+each system's rounds (max/min - 1: how much of the ratio is noise). Run with
+TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 for honest cold compile times (otherwise the second system
+may hit Inductor's cache for the same graph). Runs on CUDA when available, else on the CPU with
+the small model sizes (a smoke run, not a measurement).
 """
 import argparse
 import os
@@ -43,20 +45,20 @@ def _sync(device):
 
 
 def _time_steps(step, iters, device):
-    times = []
+    """Time per step of `iters` steps run back to back, as a training or serving loop runs them
+    (one synchronisation at the end: the host's work overlaps the device's, as it does there)."""
+    if device == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(iters):
+            step()
+        end.record()
+        torch.cuda.synchronize()
+        return start.elapsed_time(end) / iters
+    t0 = time.perf_counter()
     for _ in range(iters):
-        if device == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            step()
-            end.record()
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(end))
-        else:
-            t0 = time.perf_counter()
-            step()
-            times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
+        step()
+    return (time.perf_counter() - t0) * 1e3 / iters
 
 
 def _make_step(fn, model, inputs, mode):

@@ -10,8 +10,9 @@ them), and torchvision / timm models when those are installed. For each model, i
   full                  whether fullgraph=True succeeds: pydynamo / torch.compile ("y" or "n")
   max err               largest difference from eager over every output tensor (and, for the
                         training step, every parameter's gradient); eager backend
-  compile s, ratio      first call (eager backend) of pydynamo and of torch.compile, in seconds,
-                        and ours / theirs (issue 18's target: at most 0.5)
+  compile s, ratio      first call (eager backend) of pydynamo and of torch.compile, in seconds
+                        (median of --repeat cold calls, each after a reset), and ours / theirs
+                        (issue 18's target: at most 0.5)
 
 then pydynamo's most frequent break reasons.
 """
@@ -19,6 +20,7 @@ import argparse
 import collections
 import importlib
 import os
+import statistics
 import sys
 import time
 import traceback
@@ -78,10 +80,17 @@ def _call(fn, model, inputs, kind, device):
         return fn(*args, **kwargs)
 
 
-def _first_call(compile_fn, model, inputs, kind, device):
-    t0 = time.perf_counter()
-    out = _call(compile_fn(model), model, inputs, kind, device)
-    return out, time.perf_counter() - t0
+def _first_call(compile_fn, reset, model, inputs, kind, device, repeat):
+    """What the first call after a reset returns, and the median of `repeat` such calls' times
+    (each after a reset: a cold compile every time)."""
+    times = []
+    for _ in range(repeat):
+        reset()
+        t0 = time.perf_counter()
+        out = _call(compile_fn(model), model, inputs, kind, device)
+        times.append(time.perf_counter() - t0)
+    reset()
+    return out, statistics.median(times)
 
 
 def _fullgraph_ok(compile_fn, model, inputs, kind, device):
@@ -92,7 +101,7 @@ def _fullgraph_ok(compile_fn, model, inputs, kind, device):
         return "n"
 
 
-def run(name, make, inputs, kind, device, skip_torch=False):
+def run(name, make, inputs, kind, device, skip_torch=False, repeat=3):
     torch.manual_seed(0)
     model = make().to(device)
     expected = _call(model, model, inputs, kind, device)
@@ -100,9 +109,8 @@ def run(name, make, inputs, kind, device, skip_torch=False):
     with torch.set_grad_enabled(kind == "train"):
         pydynamo.reset()
         report = pydynamo.explain(model)(*args, **kwargs)
-    pydynamo.reset()
-    got, ours_s = _first_call(lambda m: pydynamo.compile(m, backend="eager"), model, inputs, kind, device)
-    pydynamo.reset()
+    got, ours_s = _first_call(lambda m: pydynamo.compile(m, backend="eager"), pydynamo.reset, model, inputs, kind,
+                              device, repeat)
     ours_full = _fullgraph_ok(lambda m: pydynamo.compile(m, backend="eager", fullgraph=True), model, inputs, kind,
                               device)
     pydynamo.reset()
@@ -118,9 +126,8 @@ def run(name, make, inputs, kind, device, skip_torch=False):
         with torch.set_grad_enabled(kind == "train"):
             theirs = td.explain(model)(*args, **kwargs)
         row["torch"] = f"{theirs.graph_count}/{theirs.graph_break_count}"
-        td.reset()
-        _, row["torch_s"] = _first_call(lambda m: torch.compile(m, backend="eager"), model, inputs, kind, device)
-        td.reset()
+        _, row["torch_s"] = _first_call(lambda m: torch.compile(m, backend="eager"), td.reset, model, inputs, kind,
+                                        device, repeat)
         row["torch_full"] = _fullgraph_ok(lambda m: torch.compile(m, backend="eager", fullgraph=True), model,
                                           inputs, kind, device)
         td.reset()
@@ -134,6 +141,7 @@ def main():
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--only", default="", help="comma-separated names, with or without the hf./tv./timm. prefix")
     p.add_argument("--skip-torch", action="store_true", help="pydynamo's columns only")
+    p.add_argument("--repeat", type=int, default=3, help="cold first calls timed per system (the median is shown)")
     a = p.parse_args()
     only = set(filter(None, a.only.split(",")))
     print(f"{'model':<24}{'ours g/b':>9}{'torch g/b':>10}{'full':>6}{'max err':>10}"
@@ -143,7 +151,7 @@ def main():
         if only and name not in only and name.split(".", 1)[1] not in only:
             continue
         try:
-            r = run(name, make, inputs, kind, a.device, a.skip_torch)
+            r = run(name, make, inputs, kind, a.device, a.skip_torch, a.repeat)
         except Exception as e:  # noqa: BLE001
             print(f"{name:<24} FAILED: {type(e).__name__}: {str(e).splitlines()[0][:120]}", flush=True)
             traceback.print_exc(limit=3)
