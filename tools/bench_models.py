@@ -8,8 +8,11 @@ For each model and mode it prints the step time of each system (CUDA events; the
 timed in turns: 10 rounds, each the mean of iters/10 steps run back to back as a training or
 serving loop runs them; the best round), the ratio pydynamo / torch.compile (target: <= 1.02;
 the median over rounds of the two systems' times in the same round, so slow drifts cancel), the
-number of graphs each compiled (target: equal), the first-call (compile) time, and the spread of
-each system's rounds (max/min - 1: how much of the ratio is noise). Run with
+number of graphs each compiled (target: equal), the first-call (compile) time, the spread of
+each system's rounds (max/min - 1: how much of the ratio is noise), the first call's largest
+relative difference from eager (the output, or the loss and every gradient; models with dropout
+differ by their random streams), and the peak memory of three steps beyond what was allocated
+before them (CUDA). Run with
 TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 for honest cold compile times (otherwise the second system
 may hit Inductor's cache for the same graph). Runs on CUDA when available, else on the CPU with
 the small model sizes (a smoke run, not a measurement).
@@ -61,6 +64,43 @@ def _time_steps(step, iters, device):
     return (time.perf_counter() - t0) * 1e3 / iters
 
 
+def _first_tensor(out):
+    return out if isinstance(out, torch.Tensor) else out[0]  # a transformers ModelOutput: its first tensor
+
+
+def _first_result(fn, model, inputs, mode):
+    """The first call (it compiles), from one RNG seed: the output (inference), or the loss and
+    every parameter's gradient (training; no optimizer step)."""
+    torch.manual_seed(1)
+    if mode == "infer":
+        with torch.no_grad():
+            return [_first_tensor(fn(*inputs)).float()]
+    loss = _first_tensor(fn(*inputs)).float().pow(2).mean()
+    loss.backward()
+    result = [loss.detach()] + [p.grad.detach().clone() for p in model.parameters() if p.grad is not None]
+    model.zero_grad(set_to_none=True)
+    return result
+
+
+def _rel_err(got, want):
+    """Largest difference over all tensors, relative to the largest magnitude of each."""
+    return max(float((g - w).abs().max() / w.abs().max().clamp_min(1e-12)) for g, w in zip(got, want))
+
+
+def _peak_mb(step, device):
+    """Memory a few steps take at their peak beyond what was allocated before them (activations,
+    gradients, temporaries)."""
+    if device != "cuda":
+        return float("nan")
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize()
+    return (torch.cuda.max_memory_allocated() - base) / 2 ** 20
+
+
 def _make_step(fn, model, inputs, mode):
     if mode == "infer":
         def step():
@@ -71,10 +111,7 @@ def _make_step(fn, model, inputs, mode):
     opt = torch.optim.SGD(params, lr=1e-4)
 
     def step():
-        out = fn(*inputs)
-        if not isinstance(out, torch.Tensor):  # a transformers ModelOutput: its first tensor
-            out = out[0]
-        loss = out.float().pow(2).mean()
+        loss = _first_tensor(fn(*inputs)).float().pow(2).mean()
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -89,7 +126,7 @@ def bench(name, mode, device, size, iters, rounds=10, backend="inductor"):
     import torch._dynamo  # tools may use torch._dynamo, to compare
     torch._dynamo.reset()
     pydynamo.reset()
-    steps, first, graphs = {}, {}, {}
+    steps, first, graphs, results = {}, {}, {}, {}
     for system in ("eager", "torch.compile", "pydynamo"):
         torch.manual_seed(0)
         model, inputs = models.make(name, size, device)
@@ -106,7 +143,7 @@ def bench(name, mode, device, size, iters, rounds=10, backend="inductor"):
             fn = pydynamo.compile(model, backend=counter)
         step = _make_step(fn, model, inputs, mode)
         t0 = time.perf_counter()
-        step()
+        results[system] = _first_result(fn, model, inputs, mode)
         _sync(device)
         first[system] = time.perf_counter() - t0
         for _ in range(3):
@@ -120,7 +157,8 @@ def bench(name, mode, device, size, iters, rounds=10, backend="inductor"):
             times[system].append(_time_steps(steps[system], max(1, iters // rounds), device))
     paired = statistics.median(o / t for o, t in zip(times["pydynamo"], times["torch.compile"]))
     return {s: (min(times[s]), first[s], graphs[s].graphs if graphs[s] else None,
-                max(times[s]) / min(times[s]) - 1) for s in steps}, paired
+                max(times[s]) / min(times[s]) - 1, _rel_err(results[s], results["eager"]),
+                _peak_mb(steps[s], device)) for s in steps}, paired
 
 
 def main():
@@ -138,13 +176,14 @@ def main():
     print(f"device: {torch.cuda.get_device_name() if device == 'cuda' else 'cpu (smoke run, small models)'}; "
           f"torch {torch.__version__}; python {sys.version.split()[0]}; pydynamo backend: {a.backend}")
     print(f"{'model':<9}{'mode':<6}{'eager ms':>10}{'torch ms':>10}{'ours ms':>10}{'ours/torch':>12}"
-          f"{'graphs t/o':>12}{'1st call t/o s':>17}{'spread t/o':>13}")
+          f"{'graphs t/o':>12}{'1st call t/o s':>17}{'spread t/o':>13}{'rel err t/o':>20}{'peak MB t/o':>15}")
     for name in a.models.split(","):
         for mode in a.modes.split(","):
             r, paired = bench(name, mode, device, size, a.iters, backend=a.backend)
-            (e, _, _, _), (t, tf, tg, ts), (o, of, og, os_) = r["eager"], r["torch.compile"], r["pydynamo"]
+            e, (t, tf, tg, ts, te, tm), (o, of, og, os_, oe, om) = r["eager"][0], r["torch.compile"], r["pydynamo"]
             print(f"{name:<9}{mode:<6}{e:>10.3f}{t:>10.3f}{o:>10.3f}{paired:>12.3f}{f'{tg}/{og}':>12}"
-                  f"{f'{tf:.1f}/{of:.1f}':>17}{f'{ts:.1%}/{os_:.1%}':>13}", flush=True)
+                  f"{f'{tf:.1f}/{of:.1f}':>17}{f'{ts:.1%}/{os_:.1%}':>13}{f'{te:.1e}/{oe:.1e}':>20}"
+                  f"{f'{tm:.0f}/{om:.0f}':>15}", flush=True)
 
 
 if __name__ == "__main__":

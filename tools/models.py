@@ -5,6 +5,7 @@ import math
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+import torch.utils.checkpoint
 
 
 class BasicBlock(nn.Module):
@@ -86,8 +87,9 @@ class TransformerLayer(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, vocab=8192, dim=768, heads=12, layers=12, max_len=1024):
+    def __init__(self, vocab=8192, dim=768, heads=12, layers=12, max_len=1024, checkpoint=False):
         super().__init__()
+        self.checkpoint = checkpoint  # activation checkpointing of each block while training
         self.tok = nn.Embedding(vocab, dim)
         self.pos = nn.Embedding(max_len, dim)
         self.blocks = nn.ModuleList(TransformerLayer(dim, heads, True, True) for _ in range(layers))
@@ -100,7 +102,10 @@ class GPT(nn.Module):
         pos = torch.arange(0, t, dtype=torch.long, device=idx.device)
         x = self.tok(idx) + self.pos(pos)
         for block in self.blocks:
-            x = block(x, self.mask)
+            if self.checkpoint and self.training:
+                x = torch.utils.checkpoint.checkpoint(block, x, self.mask, use_reentrant=False)
+            else:
+                x = block(x, self.mask)
         return self.head(self.ln_f(x))
 
 
@@ -123,15 +128,16 @@ class BERT(nn.Module):
 
 
 def make(name, size="small", device="cpu"):
-    """(model, example inputs) for `name` in resnet, gpt, bert, hf-gpt2, hf-bert, hf-llama; size "small" for CPU tests,
-    "bench" for GPU benchmarks."""
+    """(model, example inputs) for `name` in resnet, gpt, gpt-ckpt, bert, hf-gpt2, hf-bert, hf-llama; size "small"
+    for CPU tests, "bench" for GPU benchmarks."""
     small = size == "small"
     g = torch.Generator().manual_seed(0)
     if name == "resnet":
         model = ResNet(widths=(8, 16), blocks=1, classes=10) if small else ResNet()
         inputs = (torch.randn(2 if small else 64, 3, 32 if small else 224, 32 if small else 224, generator=g),)
-    elif name == "gpt":
-        model = GPT(vocab=64, dim=32, heads=4, layers=2, max_len=16) if small else GPT()
+    elif name in ("gpt", "gpt-ckpt"):  # gpt-ckpt: each block checkpointed while training
+        ckpt = name == "gpt-ckpt"
+        model = GPT(vocab=64, dim=32, heads=4, layers=2, max_len=16, checkpoint=ckpt) if small else GPT(checkpoint=ckpt)
         b, t = (2, 8) if small else (16, 512)
         inputs = (torch.randint(0, 64 if small else 8192, (b, t), generator=g),)
     elif name == "bert":
