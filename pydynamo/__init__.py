@@ -7,11 +7,15 @@
 """
 import functools as _functools
 
+from torch.compiler import is_compiling  # pydynamo's trace reads it True, as torch.compile's
+
 from . import _C, config, logs
+from .api import allow_in_graph, disallow_in_graph, graph_break
 from .backends import list_backends, lookup_backend, register_backend
-from .eval_frame import OptimizedModule, assume_constant_result, disable, optimize, run_only
+from .eval_frame import OptimizedModule, assume_constant_result, disable, optimize, run, run_only
 from .explain import ExplainOutput, explain
-from .shapes import mark_dynamic, mark_static
+from .export import ExportResult, export, exported_program
+from .shapes import mark_dynamic, mark_static, mark_static_address, maybe_mark_dynamic
 
 _C.set_error_handler(logs.report_callback_error)
 logs.configure(config.logs)
@@ -57,5 +61,7 @@ def _clear_shape_env_caches():
         cache.clear()
 
 
-__all__ = ["optimize", "compile", "disable", "assume_constant_result", "reset", "explain", "ExplainOutput", "run_only", "list_backends", "register_backend",
-           "OptimizedModule", "config", "mark_dynamic", "mark_static"]
+__all__ = ["optimize", "compile", "disable", "assume_constant_result", "reset", "explain", "ExplainOutput", "run", "run_only",
+           "list_backends", "register_backend", "OptimizedModule", "config", "mark_dynamic", "mark_static",
+           "maybe_mark_dynamic", "mark_static_address", "graph_break", "allow_in_graph", "disallow_in_graph",
+           "is_compiling", "export", "exported_program", "ExportResult"]

@@ -114,6 +114,15 @@ def in_backward():
     return torch._C._current_autograd_node() is not None
 
 
+def in_native_checkpoint():
+    """Whether a non-reentrant torch.utils.checkpoint runs its function natively here (a call
+    the trace did not capture): its saved-tensor hooks pair what the forward saves with what the
+    recomputation, in backward, saves again, which a compiled graph would not match. (Torch
+    compiles no frame inside checkpoint either: it is torch._disable_dynamo'd.)"""
+    hooks = torch._C._autograd._top_saved_tensors_default_hooks(True)
+    return hooks is not None and getattr(hooks[0], "__qualname__", "").startswith("_checkpoint_hook.")
+
+
 class ConvertFrame:
     def __init__(self, backend, fullgraph=False, dynamic=None):
         self.backend, self.fullgraph, self.dynamic = run_without_hook(backend), fullgraph, dynamic
@@ -122,7 +131,7 @@ class ConvertFrame:
         code = frame.f_code
         if skip_reason(code):
             return _C.SKIP
-        if in_backward():
+        if in_backward() or in_native_checkpoint():
             # None, not SKIP: the same code may be a top-level frame of the forward later (a
             # user's function called from a backward hook, or optimize()d itself); SKIP is
             # forever. The price is this callback at each such call while in backward.
@@ -163,9 +172,11 @@ class ConvertFrame:
 
     def _compile(self, frame, code):
         from .shapes import ConstraintViolationError
+        from .api import compiling
         t0 = time.perf_counter()
         try:
-            new_code, checks = self._convert(frame, code)
+            with compiling():  # torch.compiler.is_compiling() reads True meanwhile
+                new_code, checks = self._convert(frame, code)
         except ConstraintViolationError as e:
             e._pydynamo_propagate = True
             raise

@@ -49,6 +49,7 @@ class OptimizeContext:
 
         @functools.wraps(fn)
         def _fn(*args, **kwargs):
+            _refuse_foreign_tracing(fn)
             prev = _C.set_eval_frame(setting)
             try:
                 return fn(*args, **kwargs)
@@ -58,6 +59,25 @@ class OptimizeContext:
         _fn._pydynamo_orig_fn = fn
         _fn._pydynamo_setting = setting
         return _fn
+
+
+def _refuse_foreign_tracing(fn):
+    """A pydynamo-optimized function called while another tracer records the program, or from
+    inside a pydynamo compile (a backend), is an error that says so, as under torch.compile:
+    what pydynamo would compile there is the tracer's proxies, not the user's tensors."""
+    from .api import compiling_in_this_thread
+    what = None
+    if torch.fx._symbolic_trace.is_fx_symbolic_tracing():
+        what = "torch.fx.symbolic_trace is tracing"
+    elif torch._C._get_tracing_state() is not None:
+        what = "torch.jit.trace is tracing"
+    elif compiling_in_this_thread():
+        what = "pydynamo is compiling (a backend or traced code called it)"
+    if what is not None:
+        name = getattr(fn, "__qualname__", None) or type(fn).__name__
+        raise RuntimeError(f"pydynamo: {name} is pydynamo-optimized and was called while {what}; "
+                           "trace or call the original function instead (pydynamo.disable, or the "
+                           "module before pydynamo.compile)")
 
 
 class OptimizedModule(torch.nn.Module):
@@ -93,9 +113,18 @@ def optimize(backend="inductor", *, nopython=False, fullgraph=False, dynamic=Non
     return OptimizeContext(ConvertFrame(lookup_backend(backend), fullgraph=fullgraph or nopython, dynamic=dynamic))
 
 
+def run(fn=None):
+    """Serve calls from the cache, compile nothing (misses run eagerly), as
+    ``torch._dynamo.run``: with a function, that function so wrapped; without, a decorator and
+    context manager."""
+    if fn is None:
+        return OptimizeContext(False)
+    return OptimizeContext(False)(innermost_fn(fn))
+
+
 def run_only():
-    """Serve calls from the cache, compile nothing (misses run eagerly)."""
-    return OptimizeContext(False)
+    """``run()``, under its older name."""
+    return run()
 
 
 def disable(fn=None, recursive=True):

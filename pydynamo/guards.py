@@ -77,10 +77,6 @@ class EqualsPredicate:
 _MODULE_HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
 
 
-def nn_module_has_no_hooks(mod):
-    return not any(getattr(mod, table) for table in _MODULE_HOOK_DICTS)
-
-
 def no_global_module_hooks():
     m = torch.nn.modules.module
     return not (m._global_forward_hooks or m._global_forward_pre_hooks
@@ -102,6 +98,77 @@ class _DefaultDtypeIs:
 
     def __call__(self):
         return torch.get_default_dtype() is self.dtype
+
+
+def _autocast_devices():
+    devices = ["cpu", "cuda", "xpu", "mps", "hpu", "mtia", "maia", "xla", "ipu",
+               torch._C._get_privateuse1_backend_name()]
+    found = []
+    for d in dict.fromkeys(devices):
+        try:
+            if torch.amp.is_autocast_available(d):
+                torch.get_autocast_dtype(d)
+                found.append(d)
+        except Exception:  # noqa: BLE001 - a device this build does not know
+            pass
+    return tuple(found)
+
+
+AUTOCAST_DEVICES = _autocast_devices()
+
+
+def _present(device):
+    if device == "cpu":
+        return True
+    module = getattr(torch, device, None)
+    try:
+        return bool(module.is_available()) if module is not None else False
+    except Exception:  # noqa: BLE001
+        return False
+
+
+_ambient_devices = []
+
+
+def ambient_autocast_devices():
+    """Devices whose tensors this process can hold: their autocast state changes what ops
+    compute, guarded at every frame's entry (AUTOCAST); another device's is guarded where read
+    (ctx.py). Found at the first compile (asking CUDA at import would initialize it)."""
+    if not _ambient_devices:
+        _ambient_devices.append(tuple(d for d in AUTOCAST_DEVICES if _present(d)))
+    return _ambient_devices[0]
+
+
+def autocast_state():
+    """(device, dtype) of every device of ambient_autocast_devices() with autocast enabled."""
+    return tuple((d, torch.get_autocast_dtype(d)) for d in ambient_autocast_devices()
+                 if torch.is_autocast_enabled(d))
+
+
+def _no_autocast(any_enabled=torch._C._is_any_autocast_enabled):
+    return not any_enabled()
+
+
+class _AutocastIs:
+    def __init__(self, state):
+        self.state = state
+
+    def __call__(self):
+        return autocast_state() == self.state
+
+
+def _inference_mode_off(enabled=torch.is_inference_mode_enabled):
+    return not enabled()
+
+
+class CallIs:
+    """A guard on global state read by a call: ``fn(*args) == value``."""
+
+    def __init__(self, fn, args, value):
+        self.fn, self.args, self.value = fn, args, value
+
+    def __call__(self):
+        return self.fn(*self.args) == self.value
 
 
 class GuardBuilder:
@@ -187,6 +254,22 @@ class GuardBuilder:
     def DEFAULT_DTYPE(self, source=None, value=None):
         dtype = torch.get_default_dtype()
         self.PREDICATE(None, _DefaultDtypeIs(dtype), f"torch.get_default_dtype() == {dtype}")
+
+    def AUTOCAST(self, source=None, value=None):
+        """Which devices have autocast enabled, and their dtypes: ops traced (and compiled) under
+        it compute in those dtypes."""
+        if not torch._C._is_any_autocast_enabled():
+            return self.PREDICATE(None, _no_autocast, "no autocast enabled")
+        state = autocast_state()
+        shown = ", ".join(f"{d}: {dtype}" for d, dtype in state)
+        self.PREDICATE(None, _AutocastIs(state), f"autocast enabled on {{{shown}}}")
+
+    def INFERENCE_MODE(self, source=None, value=None):
+        """Inference mode as the frame was entered (``value``; by default now): guarded where the
+        trace depends on it (variables/ctx.py)."""
+        enabled = torch.is_inference_mode_enabled() if value is None else value
+        fn = _inference_mode_off if not enabled else torch.is_inference_mode_enabled
+        self.PREDICATE(None, fn, f"torch.is_inference_mode_enabled() == {enabled}")
 
     def ALIASING(self, sources, values):
         """Which of the tensors at ``sources`` are the same object stays as traced (compiled

@@ -14,7 +14,7 @@ from .variables.base import NULL, CellVariable, NullVariable
 from .variables.builder import wrap_constant
 from .variables.builtin import call_builtin
 from .variables.constant import ConstantVariable
-from .variables.ctx import GradModeVariable, WithExitVariable
+from .variables.ctx import ContextManagerVariable, WithExitVariable
 from .variables.dicts import DictVariable
 from .variables.exceptions import (ExceptionClassVariable, ExceptionVariable, as_exception,
                                   exception_matches)
@@ -69,7 +69,9 @@ def store_attr(tx, obj, name, value):
     """``obj.name = value``: a user object follows Python's protocol (objects.py); a module's
     plain attribute store is replayed (STORE_ATTR); anything else is refused."""
     from .variables.nn_module import CreatedModuleVariable
-    if isinstance(obj, (UserDefinedObjectVariable, CreatedModuleVariable)):
+    from .variables.autograd_function import AutogradCtxVariable
+    from .variables.tensor import TensorVariable
+    if isinstance(obj, (UserDefinedObjectVariable, CreatedModuleVariable, AutogradCtxVariable, TensorVariable)):
         return obj.store_attr(tx, name, value)
     from .variables.user_defined import UserDefinedClassVariable, store_class_attr
     if type(obj) is UserDefinedClassVariable:
@@ -504,10 +506,10 @@ class OpcodeHandlers:
 
     def WITH_EXCEPT_START(self, inst):
         """A `with` block left by an exception: ``__exit__(type, exc, tb)`` under
-        [exit, lasti, previous exc_info, exc]. Grad-mode blocks restore the mode and return
-        None (the exception goes on); other context managers would see a traceback: refused."""
+        [exit, lasti, previous exc_info, exc]. Torch's context managers (ctx.py) restore their
+        state and return None (the exception goes on); others would see a traceback: refused."""
         exit_fn = self.stack[-4]
-        if not (isinstance(exit_fn, WithExitVariable) and isinstance(exit_fn.ctx, GradModeVariable)):
+        if not (isinstance(exit_fn, WithExitVariable) and isinstance(exit_fn.ctx, ContextManagerVariable)):
             raise Unsupported(f"a `with` block on {exit_fn} left by an exception")
         self.push(exit_fn.ctx.exit(self))
 
@@ -521,8 +523,8 @@ class OpcodeHandlers:
                 raise Unsupported(f"TypeError: {ctx} does not support the context manager protocol")
             self.push(UserContextExit(exit_))
             return self.push(enter.call_function(self, [], {}))
-        if not isinstance(ctx, GradModeVariable):
-            raise Unsupported(f"`with` on {ctx} (only torch grad-mode context managers)")
+        if not isinstance(ctx, ContextManagerVariable):
+            raise Unsupported(f"`with` on {ctx} (only torch's context managers and user classes)")
         self.push(WithExitVariable(ctx))
         self.push(ctx.enter(self))
 

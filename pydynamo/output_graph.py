@@ -118,7 +118,8 @@ class OutputGraph:
         node = self._placeholder(source)
         node.meta["example_value"] = fake
         # a module's parameter or buffer: backends may treat its address as stable (Inductor does)
-        node.meta["pydynamo_static"] = isinstance(source, ModuleMemberSource) and source.table != "_modules"
+        node.meta["pydynamo_static"] = isinstance(source, ModuleMemberSource) and source.table != "_modules" \
+            or self.shapes.static_address(self.guards, source, value)
         var = TensorVariable(node, fake, source, python_cls=type(value))
         self.inputs[key] = (source, value, var)
         return var
@@ -129,6 +130,7 @@ class OutputGraph:
         node_args, node_kwargs = _map(args, _node_arg), {k: _node_arg(v) for k, v in kwargs.items()}
         fake_args, fake_kwargs = _map(args, _fake_arg), {k: _fake_arg(v) for k, v in kwargs.items()}
         what = target if isinstance(target, str) else getattr(target, "__name__", repr(target))
+        self.shapes.drop_unbound()
         try:
             # with symbolic sizes, composite ops (matmul, ...) run their Python decompositions,
             # which reason about SymInts; some C++ ones read sizes as ints and would specialize them
@@ -143,10 +145,11 @@ class OutputGraph:
             raise Unsupported(f"{what}: operator {e} does not support fake tensors") from None
         except Exception as e:
             raise Unsupported(f"{what} raised {type(e).__name__} while tracing: {e}") from None
-        if self.shapes.shape_env.pending_fresh_unbacked_symbols:
-            raise Unsupported(f"{what}: output size depends on tensor data")
+        bindings = self.shapes.bind_unbacked(value, what)  # data-dependent outputs (config.capture_*)
         node = self.graph.create_node(kind, target, node_args, node_kwargs)
         node.meta["example_value"] = value
+        if bindings:
+            node.meta["unbacked_bindings"] = bindings
         return wrap_fx_value(tx, node, value)
 
     def note_mutation(self, var):
@@ -168,6 +171,9 @@ class OutputGraph:
         ``values`` and the side effects' values as outputs, then build the side effects' new
         values. Returns (codegen, saved side effects) for ``codegen_apply``."""
         cg = PyCodegen(self.code)
+        export_hook = getattr(self.backend, "pydynamo_export_hook", None)  # pydynamo.export reads the trace
+        if export_hook is not None:
+            export_hook(self)
         if self._has_effect():
             outputs = self._graph_outputs([*values, *self.side_effects.values()])
             self.graph.output(tuple(v.node for v in outputs))
@@ -233,6 +239,7 @@ class OutputGraph:
             self.guards.ALIASING([s for s, _ in free], [v for _, v in free])
         _remove_dead_nodes(self.graph)
         gm = torch.fx.GraphModule(torch.nn.Module(), self.graph)
+        self.shapes.insert_runtime_asserts(gm, self.code.co_name)
         gm.recompile()
         self.graph_module = gm
         example_inputs = [value for _, value, _ in self.inputs.values()]
@@ -269,6 +276,8 @@ def _droppable(node):
     import operator
     from .shapes import is_symbolic_value
     if node.op not in ("call_function", "call_method") or node.users or "out" in node.kwargs:
+        return False
+    if "unbacked_bindings" in node.meta:  # a data-dependent value: runtime asserts may check it
         return False
     if is_symbolic_value(node.meta.get("example_value")):
         return True

@@ -111,13 +111,20 @@ def _stack_prologue(shape, live, lineno):
             out.append(bu.create_instruction("LOAD_FAST", f"___stack{i}", lineno=lineno))
             if slot == "iter":
                 out.append(bu.create_instruction("GET_ITER", lineno=lineno))
-        else:  # ("ctx", grad mode inside the block): enter it again
-            ctx_cls = torch.enable_grad if slot[1] else torch.no_grad
+        else:  # ("ctx", fn, args, grad): enter `with fn(*args)` again, then set grad mode grad
+            _, fn, args, grad = slot
             out.append(bu.create_instruction("PUSH_NULL", lineno=lineno))
-            out.append(bu.create_instruction("LOAD_CONST", ctx_cls, lineno=lineno))
-            out.extend(bu.create_call(0, lineno=lineno))
+            for const in (fn, *args):
+                out.append(bu.create_instruction("LOAD_CONST", const, lineno=lineno))
+            out.extend(bu.create_call(len(args), lineno=lineno))
             out.append(bu.create_instruction("BEFORE_WITH", lineno=lineno))
             out.append(bu.create_instruction("POP_TOP", lineno=lineno))
+            if grad is not None:  # the grad mode inside (see ctx.close_blocks): set at once
+                out.append(bu.create_instruction("PUSH_NULL", lineno=lineno))
+                out.append(bu.create_instruction("LOAD_CONST", torch.set_grad_enabled, lineno=lineno))
+                out.append(bu.create_instruction("LOAD_CONST", grad, lineno=lineno))
+                out.extend(bu.create_call(1, lineno=lineno))
+                out.append(bu.create_instruction("POP_TOP", lineno=lineno))
     return out
 
 

@@ -23,30 +23,68 @@ import torch
 from torch._guards import GuardSource
 from torch._guards import Source as TorchSource
 from torch.fx.experimental.symbolic_shapes import (DimDynamic, ShapeEnv, StatelessSymbolicContext,
-                                                   is_symbolic)
+                                                   compute_unbacked_bindings, is_symbolic)
 
-from .exc import PydynamoError
+from . import config
+from .exc import PydynamoError, Unsupported
 from .source import GetItemSource, LocalSource, ModuleMemberSource
 
 _DYNAMIC_ATTR = "_pydynamo_dynamic_dims"
+_MAYBE_DYNAMIC_ATTR = "_pydynamo_maybe_dynamic_dims"
 _STATIC_ATTR = "_pydynamo_static_dims"
+_ATTRS = (_DYNAMIC_ATTR, _MAYBE_DYNAMIC_ATTR, _STATIC_ATTR)
+# torch's own attribute (torch._dynamo.mark_static_address sets it too): "guarded" / "unguarded"
+_STATIC_ADDRESS_ATTR = "_dynamo_static_input_type"
 
 
 def _dims(t, index):
     return {index} if isinstance(index, int) else set(index)
 
 
+def _mark(t, index, attr):
+    """Put dimension(s) ``index`` of ``t`` in ``attr``'s set, and out of the other two."""
+    dims = _dims(t, index)
+    for other in _ATTRS:
+        if other != attr:
+            getattr(t, other, set()).difference_update(dims)
+    setattr(t, attr, getattr(t, attr, set()) | dims)
+
+
 def mark_dynamic(t, index):
     """Make dimension(s) ``index`` of ``t`` symbolic in every compile that reads ``t``; if the
     program forces such a dimension to a constant, compiling raises ConstraintViolationError."""
-    getattr(t, _STATIC_ATTR, set()).difference_update(_dims(t, index))
-    setattr(t, _DYNAMIC_ATTR, getattr(t, _DYNAMIC_ATTR, set()) | _dims(t, index))
+    _mark(t, index, _DYNAMIC_ATTR)
+
+
+def maybe_mark_dynamic(t, index):
+    """Like ``mark_dynamic``, but a program that specializes the dimension just gets a
+    specialized compile (no error)."""
+    _mark(t, index, _MAYBE_DYNAMIC_ATTR)
 
 
 def mark_static(t, index):
     """Keep dimension(s) ``index`` of ``t`` specialized, whatever the dynamic setting."""
-    getattr(t, _DYNAMIC_ATTR, set()).difference_update(_dims(t, index))
-    setattr(t, _STATIC_ATTR, getattr(t, _STATIC_ATTR, set()) | _dims(t, index))
+    _mark(t, index, _STATIC_ATTR)
+
+
+def mark_static_address(t, guard=False):
+    """Tell the backend that ``t``'s storage stays where it is across calls (as for parameters:
+    Inductor skips per-call alignment checks and, with CUDA graphs, copies). With ``guard=True``
+    its ``data_ptr()`` is guarded (a new address recompiles); without, that is the caller's
+    promise, as with torch.compile."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"mark_static_address expects a tensor but received {type(t)}")
+    setattr(t, _STATIC_ADDRESS_ATTR, "guarded" if guard else "unguarded")
+
+
+class _DataPtrIs:
+    """Guard predicate: ``t.data_ptr() == ptr`` (holds the address, never the tensor)."""
+
+    def __init__(self, ptr):
+        self.ptr = ptr
+
+    def __call__(self, t):
+        return t.data_ptr() == self.ptr
 
 
 class ConstraintViolationError(PydynamoError):
@@ -70,6 +108,7 @@ class DynamicPolicy:
     def tensor_dims(self, source, value):
         """(symbolic dims, dims marked dynamic by the user) for tensor ``value`` read by ``source``."""
         marked = set(getattr(value, _DYNAMIC_ATTR, ()))
+        maybe = set(getattr(value, _MAYBE_DYNAMIC_ATTR, ()))
         if self.static or isinstance(source, ModuleMemberSource):
             return set(), set()
         sizes = tuple(value.size())
@@ -81,7 +120,7 @@ class DynamicPolicy:
             seen = self.state[key] = tuple(None if a != b else a for a, b in zip(seen, sizes))
         dims = set(range(len(sizes))) if self.mode is True else \
             {i for i, s in enumerate(seen) if s is None} if self.mode is None else set()
-        dims = (dims | marked) - set(getattr(value, _STATIC_ATTR, ()))
+        dims = (dims | marked | maybe) - set(getattr(value, _STATIC_ATTR, ()))
         dims = {d for d in dims if d < len(sizes) and sizes[d] not in (0, 1)}
         self.used |= bool(dims)
         return dims, marked
@@ -131,8 +170,8 @@ class PydShapeEnv(ShapeEnv):
     """A ShapeEnv that remembers the user's line where a symbol was specialized to a constant
     (for the mark_dynamic error)."""
 
-    def __init__(self, where_fn):
-        super().__init__()
+    def __init__(self, where_fn, **kwargs):
+        super().__init__(**kwargs)
         self.pyd_where_fn, self.pyd_where = where_fn, {}
 
     def _set_replacement(self, a, tgt, msg):
@@ -147,7 +186,12 @@ class ShapeTracker:
 
     def __init__(self, policy, where_fn):
         self.policy = policy or DynamicPolicy()
-        self.shape_env = PydShapeEnv(where_fn)
+        # data-dependent values (config.capture_*): ops whose fake kernels would otherwise refuse
+        # (Tensor.item(), nonzero()) give unbacked symbols, bound to their graph nodes
+        self.shape_env = PydShapeEnv(
+            where_fn, allow_scalar_outputs=config.capture_scalar_outputs,
+            allow_dynamic_output_shape_ops=config.capture_dynamic_output_shape_ops)
+        self.unbacked = False  # some op gave an unbacked symbol
         self.tensors = []  # (source, real tensor, fake, marked dims) with a symbolic dimension
         self.ints = []     # (source, SymInt)
         self._names = {}   # identifier -> our Source
@@ -178,7 +222,47 @@ class ShapeTracker:
 
     @property
     def used(self):
-        return bool(self.tensors or self.ints)
+        return bool(self.tensors or self.ints or self.unbacked)
+
+    def static_address(self, guards, source, value):
+        """Whether tensor input ``value`` was marked by mark_static_address; if with
+        ``guard=True``, its ``data_ptr()`` is pinned by a guard."""
+        mark = getattr(value, _STATIC_ADDRESS_ATTR, None)
+        if mark == "guarded":
+            ptr = value.data_ptr()
+            guards.PREDICATE(source, _DataPtrIs(ptr), f"{source.name()}.data_ptr() == {ptr}")
+        return mark in ("guarded", "unguarded")
+
+    # ---- data-dependent values ----------------------------------------------------------------
+
+    def drop_unbound(self):
+        """Forget unbacked symbols that no node bound (an op that failed after making them)."""
+        self.shape_env.pending_fresh_unbacked_symbols.clear()
+
+    def bind_unbacked(self, value, what):
+        """``node.meta["unbacked_bindings"]`` for an op whose fake result ``value`` holds the
+        unbacked symbols it made (where in the result each is), or None if it made none."""
+        env = self.shape_env
+        if not env.pending_fresh_unbacked_symbols:
+            return None
+        if not (env.allow_scalar_outputs or env.allow_dynamic_output_shape_ops):
+            self.drop_unbound()
+            raise Unsupported(f"{what}: output size depends on tensor data")
+        try:
+            bindings = compute_unbacked_bindings(env, value)
+        except Exception as e:
+            self.drop_unbound()
+            raise Unsupported(f"{what}: its data-dependent output cannot be bound ({type(e).__name__})") from None
+        self.unbacked = True
+        return bindings
+
+    def insert_runtime_asserts(self, gm, name):
+        """The facts the trace learnt about unbacked values (``torch.zeros(n)`` needs ``n >= 0``)
+        are checked by the graph itself at run time, as torch.compile does: they are no guards
+        (no input decides them), and a backend may rely on them."""
+        if self.unbacked:
+            from torch.fx.passes.runtime_assert import insert_deferred_runtime_asserts
+            insert_deferred_runtime_asserts(gm, self.shape_env, name)
 
     # ---- guards -------------------------------------------------------------------------------
 

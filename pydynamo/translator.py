@@ -22,7 +22,8 @@ from .output_graph import OutputGraph
 from .source import BuiltinSource, ClosureSource, GlobalSource, LocalSource
 from .variables.base import NULL, NullVariable, VariableTracker
 from .variables.constant import ConstantVariable
-from .variables.ctx import WithExitVariable
+from .variables.ctx import (WithExitVariable, check_all_closed, close_blocks, codegen_enter,
+                             codegen_exit, leave_all)
 from .variables.exceptions import CALLER_EXC_INFO, ExceptionVariable
 from .variables.functions import check_suspended_generators, closure_cell
 from .variables.lists import ListIteratorVariable, TupleVariable
@@ -236,6 +237,7 @@ class InstructionTranslator(TranslatorBase):
 
     def return_value(self, value):
         check_suspended_generators(self.output)
+        check_all_closed(self)
         self.output.compile_and_return(self, value, self.current.lineno)
         self.done = True
 
@@ -247,8 +249,8 @@ class InstructionTranslator(TranslatorBase):
         except ExceptionRaised:
             raise  # handle_exception decides
         except Unsupported as e:
-            if self.fullgraph or not self.can_break(inst):
-                raise
+            if self.fullgraph or not self.can_break(inst) or getattr(e, "whole_frame", False):
+                raise  # (whole_frame: a break there would be wrong; the frame runs eagerly)
             e.add_frame(self.code.co_filename, inst.lineno or self.code.co_firstlineno,
                         self.code.co_name)
             raise RestartAnalysis(self.steps, e) from None
@@ -302,7 +304,7 @@ class InstructionTranslator(TranslatorBase):
         if isinstance(var, NullVariable):
             return "null"
         if isinstance(var, WithExitVariable):
-            return ("ctx", var.ctx.target)
+            return self._blocks.slot(var.ctx)
         if isinstance(var, ListIteratorVariable):
             return "iter"  # passed as a tuple of the items left; the prologue calls iter()
         return "value"
@@ -333,14 +335,17 @@ class InstructionTranslator(TranslatorBase):
         return temps
 
     def _start_break(self, values):
-        """Graph call, side effects, every value of ``values`` saved; then the grad mode the
-        native instruction must see (the graph may have switched it)."""
+        """The `with` blocks open here left in the graph (ctx.close_blocks); graph call, side
+        effects, every value of ``values`` saved; then, outside `with` blocks, the grad mode the
+        native instruction must see (the graph may have switched it; inside them,
+        ``_append_in_blocks`` sets it)."""
         out = self.output
+        self._blocks = close_blocks(self)
         cg, saved = out.begin_code(values)
         temps = self._save(cg, values)
         out.side_effects.codegen_apply(cg, saved)
-        if torch.is_grad_enabled() != out.initial_grad_mode:
-            cg.set_grad_enabled(torch.is_grad_enabled())
+        if not self._blocks.ctxs and self._blocks.grad != out.initial_grad_mode:
+            cg.set_grad_enabled(self._blocks.grad)
         return cg, temps
 
     def _call_resume(self, cg, index, stack, local_names, temps):
@@ -367,10 +372,9 @@ class InstructionTranslator(TranslatorBase):
                 arg_of[temp] = name
                 live.append(name)
                 args.append(temp)
-        ctxs = [v.ctx for v in stack if isinstance(v, WithExitVariable)]
-        mode = ctxs[0].initial if ctxs else torch.is_grad_enabled()
-        if mode != torch.is_grad_enabled():
-            cg.set_grad_enabled(mode)
+        if self._blocks.ctxs:  # leave them; the resume function enters them again
+            codegen_exit(cg, self._blocks)
+            cg.set_grad_enabled(self._blocks.ctxs[0].outer_grad)
         code, index = resume.origin(self.code, index)
         if first_pos is not None:  # the resume function takes it first (see resume.live_locals)
             args.insert(0, args.pop(first_pos))
@@ -398,7 +402,7 @@ class InstructionTranslator(TranslatorBase):
             raise Unsupported("the instruction consumes a `with` block's exit or an iterator")
         for temp in stack_temps[keep:]:
             cg.load_local(temp) if temp is not None else cg.append_push_null()
-        self._append_restoring_grad_mode(cg, form.instrs, inst.lineno)
+        self._append_in_blocks(cg, form.instrs, inst.lineno)
         if form.pushes is None:  # raise: nothing runs after it
             self.output.finish(cg, inst.lineno)
             return
@@ -411,18 +415,19 @@ class InstructionTranslator(TranslatorBase):
                           stack_temps[:keep] + pushed + local_temps)
         self.output.finish(cg, inst.lineno)
 
-    def _append_restoring_grad_mode(self, cg, instrs, lineno):
-        """``instrs``, run inside `with` blocks that set the grad mode: if they raise, the mode
-        the blocks' ``__exit__`` would have restored is set again before the exception leaves.
-        Outside such blocks a mode set by ``torch.set_grad_enabled(...)`` stays, as in Python."""
-        ctxs = [v.ctx for v in self.stack if isinstance(v, WithExitVariable) and hasattr(v.ctx, "initial")]
-        outer = ctxs[0].initial if ctxs else torch.is_grad_enabled()
-        if torch.is_grad_enabled() == outer:
+    def _append_in_blocks(self, cg, instrs, lineno):
+        """``instrs``, run inside the `with` blocks open at the break: each block's manager is
+        entered again natively, with the grad mode of the trace; if ``instrs`` raise, they are
+        left before the exception goes on, as the blocks' ``__exit__`` would (outside blocks, a
+        mode set by ``torch.set_grad_enabled(...)`` stays, as in Python). On the way on,
+        ``_call_resume`` leaves them."""
+        if not self._blocks.ctxs:
             return cg.append(*instrs)
+        codegen_enter(cg, self._blocks)
         handler, end = bu.new_label(), bu.new_label()
         begin, stop = bu.create_try(handler)
         cg.append(begin, *instrs, stop, bu.create_jump_forward(end, lineno), handler)
-        cg.set_grad_enabled(outer)
+        codegen_exit(cg, self._blocks)
         cg.append(bu.create_instruction("RERAISE", 0, lineno=lineno), end)
 
     def _break_on_jump(self, inst, if_true, keep_on_jump):
@@ -433,7 +438,7 @@ class InstructionTranslator(TranslatorBase):
         stack_temps, local_temps = temps[:len(stack)], dict(zip(live, temps[len(stack):]))
         label = bu.new_label()
         cg.load_local(stack_temps[-1])
-        self._append_restoring_grad_mode(cg, [bu.create_pop_jump(if_true, label, inst.lineno)], inst.lineno)
+        self._append_in_blocks(cg, [bu.create_pop_jump(if_true, label, inst.lineno)], inst.lineno)
         self._call_resume(cg, inst.index + 1, stack[:-1], live_next,
                           stack_temps[:-1] + [local_temps[n] for n in live_next])
         cg.append(label)
@@ -514,6 +519,9 @@ def convert(code, f_globals, f_builtins, f_locals, closure, backend, *, fullgrap
     backend = lookup_backend(backend)
     grad_mode, dtype = torch.is_grad_enabled(), torch.get_default_dtype()
     break_at = None
+    # ops on fake tensors must not call the saved-tensor hooks active now (checkpoint's,
+    # save_on_cpu's, a user's): they run on what the compiled graph saves, when it runs
+    hooks_tracing = torch._C._autograd._saved_tensors_hooks_set_tracing(True)
     try:
         while True:
             torch._C._set_grad_enabled(grad_mode)
@@ -521,6 +529,7 @@ def convert(code, f_globals, f_builtins, f_locals, closure, backend, *, fullgrap
                                        fullgraph, break_at, dynamic)
             tx.output.guards.GRAD_MODE()
             tx.output.guards.DEFAULT_DTYPE()
+            tx.output.guards.AUTOCAST()
             try:
                 tx.run()
                 break
@@ -528,9 +537,12 @@ def convert(code, f_globals, f_builtins, f_locals, closure, backend, *, fullgrap
                 if break_at is not None:
                     raise AssertionError("a trace failed before the break found by the last one")
                 break_at = (restart.step, restart.exc)
+            finally:
+                leave_all(tx.output)  # context managers a trace stopped inside
     finally:
         torch._C._set_grad_enabled(grad_mode)
         torch.set_default_dtype(dtype)
+        torch._C._autograd._saved_tensors_hooks_set_tracing(hooks_tracing)
     tx.output.guard_object_aliasing()
     from .convert_frame import note_graph_break
     for exc in tx.graph_breaks:

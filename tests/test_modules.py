@@ -229,14 +229,14 @@ def test_module_called_from_function_argument():
     assert same(c(lin, x), fn(lin, x))
 
 
-def test_module_with_hook_is_unsupported():
+def test_module_with_backward_hook_is_unsupported():
     from pydynamo.exc import Unsupported
     lin = nn.Linear(3, 2)
-    lin.register_forward_hook(lambda *a: None)
+    lin.register_full_backward_hook(lambda *a: None)  # (forward hooks: test_module_hooks.py)
 
     def fn(m, x):
         return m(x)
-    with pytest.raises(Unsupported, match="hooks"):
+    with pytest.raises(Unsupported, match="backward hooks"):
         compile_fn(fn)(lin, torch.randn(1, 3))
 
 

@@ -7,11 +7,12 @@ Each program is Python source text written to a real temp file (so inspect and l
 a target (a function, a closure, an nn.Module or a bound method) whose body is a few snippets
 from feature families (tensor properties and methods, sizes, scalars, user objects, lists, dicts,
 (named)tuples, iterators, builtins, helpers, grad mode / default dtype, exceptions, graph breaks,
-modules...; and Python's data model: objects made in the trace, descriptors, properties, slots,
-a config class's own __getattribute__, dataclasses, a ModelOutput-like OrderedDict dataclass,
-enums, dunder methods, classes as dict keys, sets, itertools / functools / collections,
-generators, match, logging), reading state that lives in globals, an argument dict, an object's
-attributes, `self`, closure cells or keyword-only defaults. The program is a list of steps:
+modules, module and tensor hooks...; and Python's data model: objects made in the trace,
+descriptors, properties, slots, a config class's own __getattribute__, dataclasses, a
+ModelOutput-like OrderedDict dataclass, enums, dunder methods, classes as dict keys, sets,
+itertools / functools / collections, generators, match, logging), reading state that lives in
+globals, an argument dict, an object's attributes, `self`, closure cells or keyword-only
+defaults. The program is a list of steps:
 calls, with inputs that change one property at a time (dtype, shape, strides, requires_grad,
 inference, conj, Parameter), and mutations of that state between them (rebinding, attributes and
 keys added / deleted, hooks, submodules, parameters, classes patched: methods, properties,
@@ -1105,11 +1106,52 @@ def fam_dispatch(rng, s, place):  # dunder methods of a user class; a dict keyed
           s.var.rebind("{int: 'int', Vec2$i: 'vec2'}".replace("$i", str(s.uid))))
 
 
+HOOKS_SRC = """
+class HMod$i(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, h, scale=1.0):
+        return self.lin(h) * scale
+
+
+HK$i = HMod$i()
+HLOG$i = []
+"""
+
+
+def fam_hooks(rng, s, place):  # nn.Module hooks (forward, kwargs, prepend, always_call, backward); tensor hooks
+    s.setup = HOOKS_SRC.replace("$i", str(s.uid))
+    s.watch.append(f"list(HLOG{s.uid})")
+    prep = "h = x.reshape(-1)[:4]\nh = (h.real if h.is_complex() else h).to(HK$i.lin.weight.dtype)\n"
+    pick(rng, s, [
+        prep + "out.append(HK$i(h))",
+        prep + "out.append(HK$i(h, scale=2.0))",
+        prep + "out.append(HK$i(h=h))\nout.append(len(HLOG$i))",
+        "if x.requires_grad:\n    x.register_hook(lambda g: g * 2)\nout.append(x * 3)",
+        "y = x * 2\nif y.requires_grad:\n    y.register_hook(lambda g: HLOG$i.append('y') or g + 1)\nout.append(y.sin())",
+        "y = x * 2\nz = y * 3\nif y.requires_grad:\n    y.register_hook(lambda g: g + 1)\nout.append(z + y)",
+    ])
+    s.mut("HOOKS.append(HK$i.register_forward_hook(lambda m, a, o: HLOG$i.append(('post', len(a))) or o * 2))",
+          "HOOKS.append(HK$i.register_forward_pre_hook(lambda m, a: (a[0] + 1,) + a[1:] if a else None))",
+          "HOOKS.append(HK$i.register_forward_pre_hook(lambda m, a: HLOG$i.append('pre'), prepend=True))",
+          "HOOKS.append(HK$i.register_forward_pre_hook(lambda m, a, k: (a, dict(k, scale=3.0)), with_kwargs=True))",
+          "HOOKS.append(HK$i.register_forward_hook(lambda m, a, k, o: o + len(k), with_kwargs=True, prepend=True))",
+          "HOOKS.append(HK$i.lin.register_forward_hook(lambda m, a, o: HLOG$i.append('lin')))",
+          "HOOKS.append(HK$i.lin.register_forward_pre_hook(lambda m, a: a[0] * 2))",
+          "HOOKS.append(HK$i.register_forward_hook(lambda m, a, o: HLOG$i.append('always'), always_call=True))",
+          "HOOKS.append(HK$i.lin.register_full_backward_hook(lambda m, gi, go: HLOG$i.append('bw')))",
+          "HOOKS.append(HK$i.register_full_backward_pre_hook(lambda m, go: (go[0] * 2,)))",
+          "if HOOKS:\n    HOOKS.pop().remove()", "HK$i._forward_hooks.clear()",
+          "HK$i.lin._forward_pre_hooks.clear()")
+
+
 FAMILIES = {f.__name__[4:]: f for f in [fam_tensor, fam_scalar, fam_object, fam_list, fam_dict, fam_namedtuple,
                                          fam_iter, fam_modes, fam_raise, fam_break, fam_module, fam_tmethods,
                                          fam_tstate, fam_inplace, fam_builtins, fam_dunder, fam_helper, fam_alias,
                                          fam_exc, fam_dyn, fam_methods, fam_newobj, fam_config, fam_records,
-                                         fam_pystd, fam_dispatch]}
+                                         fam_pystd, fam_dispatch, fam_hooks]}
 SHAPES = [(2, 3), (3, 4), (4,), (2, 3, 4), (1, 4), (4, 1), (2, 2, 1, 2)]
 DTYPES = ["float32"] * 4 + ["float64", "int64", "bool", "complex64", "float16"]
 

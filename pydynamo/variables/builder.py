@@ -16,12 +16,15 @@ from ..exc import Unsupported
 from ..guards import equals_supported
 from ..source import AttrSource, GetItemSource
 from .base import GetAttrVariable
+from .autograd_function import AutogradFunctionApplyVariable, is_apply_method
 from .builtin import BuiltinVariable, is_supported_builtin
+from .checkpoint import CheckpointVariable, is_checkpoint
 from .constant import ConstantVariable, is_constant_value
 from .dicts import DictVariable
 from .exceptions import ExceptionClassVariable
 from .functions import UserFunctionVariable, UserMethodVariable
 from .lists import ListVariable, RangeVariable, SizeVariable, SliceVariable, TupleVariable
+from .marked import MarkedFunctionVariable, is_marked
 from .nn_module import NNModuleVariable
 from .objects import BuiltinMethodVariable, is_base_method
 from .sets import SetVariable, wrap_input_set
@@ -29,6 +32,7 @@ from .deferred import DeferredFunctionVariable, LoggerVariable, is_deferred_func
 from .stdlib import (COLLECTION_TYPES, SPEC_INSTANCE_TYPES, LruCacheVariable, PolyfillVariable, has_polyfill,
                      wrap_collection, wrap_spec_instance)
 from .torch import TorchVariable, is_torch_callable
+from . import ctx
 from .user_defined import PythonModuleVariable, UserDefinedClassVariable, UserDefinedObjectVariable
 
 
@@ -142,6 +146,12 @@ def _bound_method(tx, value, source):
     return UserMethodVariable(value.__func__, wrap_value(tx, value.__self__, self_src), fn_src)
 
 
+def _apply_method(tx, value, source):
+    """``MyFunction.apply`` as a value: a call of it is captured (autograd_function.py)."""
+    cls_var = wrap_value(tx, value.__self__, AttrSource(source, "__self__") if source is not None else None)
+    return AutogradFunctionApplyVariable(cls_var)
+
+
 def _tensor_method(tx, value, source):
     """``x.add`` passed around as a value (e.g. to a resume function): the call stays a graph op."""
     from .base import GetAttrVariable
@@ -162,8 +172,9 @@ def _is_plain_tuple(v):
         (isinstance(v, tuple) and hasattr(type(v), "_fields"))
 
 
-# torch classes whose calls TorchVariable knows (the rest are refused like any class).
-_TORCH_CLASSES = (torch.no_grad, torch.enable_grad, torch.set_grad_enabled, torch.Size, torch.device)
+# torch classes whose calls TorchVariable knows (the rest are refused like any class); the
+# context managers' (ctx.py) also as generated code's constants (a resume function enters them).
+_TORCH_CLASSES = (torch.Size, torch.device, *ctx.FACTORIES)
 
 _TABLE = [
     (lambda v: isinstance(v, torch.Tensor), _tensor),
@@ -178,7 +189,9 @@ _TABLE = [
     (lambda v: type(v) is range, _equal_constant(RangeVariable)),
     (lambda v: type(v) is slice, _equal_constant(
         lambda s: SliceVariable(*(ConstantVariable(p) for p in (s.start, s.stop, s.step))))),
+    (is_marked, _identity(MarkedFunctionVariable)),  # graph_break, allow_in_graph, disallow_in_graph
     (lambda v: any(v is c for c in _TORCH_CLASSES), _identity(TorchVariable)),
+    (ctx.is_context_manager_object, ctx.wrap_context_manager),
     (has_polyfill, _identity(PolyfillVariable)),
     (is_deferred_function, _identity(DeferredFunctionVariable)),
     (lambda v: isinstance(v, functools._lru_cache_wrapper), _identity(LruCacheVariable)),
@@ -186,7 +199,9 @@ _TABLE = [
     (lambda v: type(v) in SPEC_INSTANCE_TYPES, wrap_spec_instance),
     (is_torch_callable, _identity(TorchVariable)),
     (is_supported_builtin, _identity(BuiltinVariable)),
+    (is_checkpoint, _identity(CheckpointVariable)),
     (lambda v: isinstance(v, types.FunctionType), _identity(UserFunctionVariable)),
+    (is_apply_method, _apply_method),
     (lambda v: isinstance(v, types.MethodType), _bound_method),
     (lambda v: isinstance(v, types.BuiltinMethodType) and isinstance(v.__self__, torch.Tensor),
      _tensor_method),

@@ -729,6 +729,9 @@ def _make_min_max(fn):
         items = args[0].unpack_var_sequence(tx) if len(args) == 1 else list(args)
         if _all_constant(items, kwargs):
             return fold(fn, items, kwargs)
+        if len(args) == 2 and not kwargs and _sym_operands(*args) and \
+                all(a.python_type() is int for a in args):  # symbolic ints: sym_max / sym_min
+            return _builtin_on_sizes(tx, fn, args, kwargs)
         raise DataDependentError(f"{fn.__name__}() of tensors compares their data (data-dependent)",
                                  f"use torch.{'maximum' if fn is max else 'minimum'} or torch.stack(...).{fn.__name__}()")
     return handler
@@ -759,6 +762,10 @@ def _make_conversion(fn):
                                      "compiled region")
         if _all_constant(args, kwargs):
             return fold(fn, args, kwargs, exact=True)
+        if fn in (int, float) and len(args) == 1 and not kwargs and _sym_operands(*args):
+            import torch  # int(n) / float(n) of a symbolic value: stays symbolic (trunc, as int())
+            return tx.output.call_graph(tx, "call_function", torch.sym_int if fn is int else torch.sym_float,
+                                        tuple(args), {})
         raise Unsupported(f"{fn.__name__}() of {args}")
     return handler
 

@@ -1,4 +1,5 @@
 """User functions, methods and closures: calling one inlines its bytecode into the same graph."""
+import functools
 import types
 
 from .. import bytecode_utils as bu
@@ -154,9 +155,17 @@ class UserFunctionVariable(ObjectVariable):
             return call_assumed_constant(fn, args, kwargs)
         if args and hasattr(args[0], "run_torch_init") and args[0].is_torch_init(fn):
             return args[0].run_torch_init(tx, fn, args[1:], kwargs)  # a module the trace creates
+        if args and hasattr(args[0], "is_call_impl") and args[0].is_call_impl(fn):
+            return args[0].call_impl(tx, fn, args[1:], kwargs)  # nn.Module.__call__ (hooks.py)
         if getattr(fn, "_pydynamo_disabled", False):
             raise DisabledFunctionError(f"call to {fn.__qualname__}, which is decorated with "
                                         "pydynamo.disable")
+        if fn.__code__ is _torch_disabled_code():
+            wrapped = getattr(fn, "__wrapped__", fn)
+            raise DisabledFunctionError(f"call to {getattr(wrapped, '__module__', '?')}."
+                                        f"{getattr(wrapped, '__qualname__', '?')}, which torch marks as never "
+                                        "traced (torch._disable_dynamo: global state, optimizers, checkpoint "
+                                        "internals)")
         code = fn.__code__
         if bu.is_generator(code) and not bu.is_plain_generator(code):
             raise Unsupported(f"call of coroutine or async generator {fn.__qualname__}")
@@ -171,6 +180,14 @@ class UserFunctionVariable(ObjectVariable):
 
     def _repr_value(self):
         return self.value.__qualname__
+
+
+@functools.lru_cache(None)
+def _torch_disabled_code():
+    """The code of the wrapper torch._disable_dynamo puts around torch's own functions that
+    torch.compile never traces; running it would load and run torch._dynamo."""
+    import torch._compile
+    return torch._compile._disable_dynamo(lambda: None).__code__
 
 
 def closure_cell(tx, real_cell, source):

@@ -177,8 +177,16 @@ class SizeVariable(TupleVariable):
     def as_python_constant(self):
         return torch.Size([item.as_python_constant() for item in self.items])
 
+    def var_getattr(self, tx, name):
+        from .base import GetAttrVariable
+        if hasattr(torch.Size, name):
+            return GetAttrVariable(self, name)  # called: call_method below
+        raise Unsupported(f"torch.Size attribute {name!r}")
+
     def call_method(self, tx, name, args, kwargs):
-        if name == "numel" and not args:
+        if name == "numel" and not args and not kwargs:
+            if not all(item.is_python_constant() for item in self.items):
+                raise Unsupported("torch.Size.numel() of symbolic sizes")
             return ConstantVariable(self.as_python_constant().numel())
         if name == "__getitem__" and len(args) == 1:
             key = _const_index(tx, args[0])
@@ -187,7 +195,9 @@ class SizeVariable(TupleVariable):
         return super().call_method(tx, name, args, kwargs)
 
     def reconstruct(self, codegen):
-        codegen.load_const(self.as_python_constant())
+        if all(item.is_python_constant() for item in self.items):
+            return codegen.load_const(self.as_python_constant())
+        super().reconstruct(codegen)  # symbolic sizes: torch.Size((graph outputs...))
 
 
 class ListVariable(BaseListVariable):

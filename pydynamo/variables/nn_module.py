@@ -11,7 +11,6 @@ import types
 import torch
 
 from ..exc import Unsupported
-from ..guards import nn_module_has_no_hooks, no_global_module_hooks
 from ..source import AttrSource, ModuleMemberSource
 from .base import VariableTracker, call_model
 from .constant import ConstantVariable
@@ -71,14 +70,17 @@ class NNModuleVariable(VariableTracker):
         return wrap_value(tx, getattr(mod, name), src)
 
     def call_function(self, tx, args, kwargs):
-        mod = self.module
-        if not nn_module_has_no_hooks(mod) or not no_global_module_hooks():
-            raise Unsupported(f"{type(mod).__name__} has forward/backward hooks")
-        if self.source is not None:
-            tx.output.guards.NN_MODULE_NO_HOOKS(self.source)
-        else:  # a module made by the trace has no hooks of its own; global ones are still read
-            tx.output.guards.PREDICATE(None, no_global_module_hooks, "no global nn.Module hooks")
-        return self.var_getattr(tx, "forward").call_function(tx, args, kwargs)
+        from .hooks import call_module
+        return call_module(tx, self, args, kwargs)  # nn.Module.__call__: hooks, then forward
+
+    def is_call_impl(self, fn):
+        """``fn`` is nn.Module's ``__call__`` or ``_call_impl`` (called explicitly:
+        ``super().__call__(x)``, ``nn.Module.__call__(m, x)``)."""
+        return fn is torch.nn.Module.__call__ or fn is torch.nn.Module._call_impl
+
+    def call_impl(self, tx, fn, args, kwargs):
+        from .hooks import call_module
+        return call_module(tx, self, args, kwargs, entry=fn)
 
     def _children(self, tx):
         """(key, child module) of a container, guarding its exact keys."""

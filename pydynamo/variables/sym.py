@@ -8,6 +8,7 @@ ShapeEnv records the fact it relied on (``s0 > 4``, ``s0 == 8``) and that become
 """
 import torch
 
+from ..exc import DataDependentError
 from .base import VariableTracker
 from .constant import ConstantVariable
 
@@ -37,7 +38,7 @@ class SymNodeVariable(VariableTracker):
         return _specialize(self.value)
 
     def truth(self, tx):
-        return bool(self.value)
+        return _concrete(bool, self.value)
 
     def call_method(self, tx, name, args, kwargs):
         from .builtin import call_builtin
@@ -52,4 +53,15 @@ class SymNodeVariable(VariableTracker):
 
 
 def _specialize(value):
-    return {torch.SymInt: int, torch.SymFloat: float, torch.SymBool: bool}[type(value)](value)
+    return _concrete({torch.SymInt: int, torch.SymFloat: float, torch.SymBool: bool}[type(value)], value)
+
+
+def _concrete(convert, value):
+    """``convert(value)``: a Python value the ShapeEnv guards. A data-dependent value (an
+    unbacked symbol of ``.item()``, ``nonzero()``) has none to guard: a graph break, never a guess."""
+    from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+    try:
+        return convert(value)
+    except GuardOnDataDependentSymNode:
+        raise DataDependentError(f"data-dependent control flow: the value of {value} is needed in "
+                                 "Python (it depends on tensor data)") from None

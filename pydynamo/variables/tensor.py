@@ -37,6 +37,7 @@ _PINNED_ATTRS = frozenset({
     "is_xpu", "is_meta", "is_sparse", "is_sparse_csr", "is_mkldnn", "is_quantized", "is_nested",
     "itemsize", "nbytes"})
 # Properties that compute a new tensor: graph nodes (getattr).
+_ABSENT = object()
 _TENSOR_ATTRS = frozenset({"T", "mT", "H", "mH", "real", "imag"})
 # Methods answered from the fake tensor as constants, all of their arguments constants: they
 # follow from what TENSOR_MATCH pins (is_contiguous from sizes and strides, get_device from the
@@ -86,7 +87,56 @@ class TensorVariable(VariableTracker):
         return tx.output.call_graph(tx, "call_method", "size", (self, ConstantVariable(dim)), {})
 
     def has_attr(self, tx, name):
+        if self._is_user_attr(name):
+            try:
+                self._user_attr(tx, name)
+                return True
+            except Unsupported as e:
+                from .descriptors import is_attribute_error
+                if is_attribute_error(e):
+                    return False
+                raise
         return hasattr(self.example_value, name)
+
+    def _is_user_attr(self, name):
+        """``name`` is not an attribute of the tensor's class: it can only be in the instance's
+        ``__dict__`` (``x.tag = ...``)."""
+        import inspect
+        cls = self.python_cls
+        if cls.__getattribute__ is not torch.Tensor.__getattribute__ or cls.__setattr__ is not torch.Tensor.__setattr__ \
+                or inspect.getattr_static(cls, "__getattr__", None) is not None:
+            raise Unsupported(f"attribute {name!r} of a {cls.__name__}, whose class customises attribute access")
+        return inspect.getattr_static(cls, name, _ABSENT) is _ABSENT
+
+    def _user_attr(self, tx, name):
+        """A Python attribute stored on a graph input (or stored by the trace), guarded present
+        (its value's own guards) or absent (NOT_PRESENT). A tensor computed by the graph is a new
+        object that has none (an op that returns its input, ``x.add_(1)``, ``x.contiguous()``,
+        returns the input's own fake tensor, so _input_entry finds the input)."""
+        from .descriptors import missing
+        entry = self._input_entry(tx)
+        if entry is None:
+            raise missing(tx, self.python_cls, name)
+        source, real, var = entry
+        stored = tx.output.side_effects.load_attr(var, name)
+        if stored is not None:
+            return stored
+        from .builder import wrap_value
+        attr = AttrSource(source, name)
+        if name not in real.__dict__:
+            tx.output.guards.NOT_PRESENT(attr)
+            raise missing(tx, self.python_cls, name)
+        return wrap_value(tx, real.__dict__[name], attr)
+
+    def store_attr(self, tx, name, value):
+        """``x.name = value`` for an attribute torch.Tensor does not define, on a graph input:
+        later reads in the trace see it, and it is replayed after the graph."""
+        if not self._is_user_attr(name):
+            raise Unsupported(f"assignment to Tensor.{name} while tracing")
+        entry = self._input_entry(tx)
+        if entry is None:
+            raise Unsupported(f"assignment to attribute {name!r} of a tensor computed in the graph")
+        tx.output.side_effects.store_attr(entry[2], name, value)
 
     def var_getattr(self, tx, name):
         if name == "shape":
@@ -97,13 +147,24 @@ class TensorVariable(VariableTracker):
             return self._guarded_read(tx, name)
         if name in _TENSOR_ATTRS:
             return tx.output.call_graph(tx, "call_function", getattr, (self, ConstantVariable(name)), {})
+        if name == "grad" and self._input_entry(tx) is not None:
+            from .builder import wrap_value  # a graph input's gradient: an input itself (or None), guarded
+            source, real, _ = self._input_entry(tx)
+            return wrap_value(tx, real.grad, AttrSource(source, "grad"))
         if name in ("grad", "data", "grad_fn", "_version"):
             raise Unsupported(f"Tensor.{name} while tracing")
         if callable(getattr(torch.Tensor, name, None)):
             return GetAttrVariable(self, name)
+        if self._is_user_attr(name):
+            return self._user_attr(tx, name)
         raise Unsupported(f"Tensor attribute {name!r}")
 
     def call_method(self, tx, name, args, kwargs):
+        if name in ("register_hook", "register_post_accumulate_grad_hook", "retain_grad"):
+            from .hooks import tensor_hook_method  # replayed after the graph (hooks.py)
+            return tensor_hook_method(tx, self, name, args, kwargs)
+        if name in ("item", "tolist") and tx.output.shapes.shape_env.allow_scalar_outputs:
+            return self._scalar_outputs(tx, name, args, kwargs)  # config.capture_scalar_outputs
         if name in _DATA_METHODS:
             raise DataDependentError(f"Tensor.{name}() needs the tensor's data (data-dependent)",
                                      f"move .{name}() out of the compiled region, or keep the value "
@@ -146,6 +207,30 @@ class TensorVariable(VariableTracker):
         if not callable(getattr(torch.Tensor, name, None)):
             raise Unsupported(f"Tensor.{name}")
         return tx.output.call_graph(tx, "call_method", name, (self, *args), kwargs)
+
+    def _scalar_outputs(self, tx, name, args, kwargs):
+        """``x.item()`` as a graph node whose value is an unbacked SymInt / SymFloat / SymBool;
+        ``x.tolist()`` of an integer tensor of static sizes as nested lists of those (as
+        torch.compile captures them)."""
+        if args or kwargs:
+            raise Unsupported(f"Tensor.{name} with arguments")
+        if name == "item":
+            return tx.output.call_graph(tx, "call_method", "item", (self,), {})
+        fake = self.example_value
+        if fake.dtype not in (torch.int8, torch.int16, torch.int32, torch.int64):
+            raise DataDependentError(f"Tensor.tolist() of a {fake.dtype} tensor needs its data "
+                                     "(only integer tensors are captured)")
+        if _has_symbols(tuple(fake.size())):
+            raise DataDependentError("Tensor.tolist() of a tensor with symbolic sizes")
+
+        def tolist(var):
+            if var.example_value.dim() == 0:
+                return tx.output.call_graph(tx, "call_method", "item", (var,), {})
+            from .lists import ListVariable
+            return ListVariable([tolist(tx.output.call_graph(tx, "call_function", operator.getitem,
+                                                             (var, ConstantVariable(i)), {}))
+                                 for i in range(var.example_value.size(0))])
+        return tolist(self)
 
     def _call_fake(self, name, args, kwargs):
         """``fake.name(*args, **kwargs)`` with constant arguments: every form the real method
@@ -200,12 +285,16 @@ class TensorVariable(VariableTracker):
     def _as_input(self, tx):
         """(source, real tensor) of the graph input this tensor is: by its source, or the same
         fake tensor (``x.add_(1)`` returns ``x``); None for a value computed in the graph."""
+        entry = self._input_entry(tx)
+        return entry[:2] if entry is not None else None
+
+    def _input_entry(self, tx):
+        """(source, real tensor, tracker) of the graph input this tensor is, as _as_input."""
         if self.source is not None and self.source.name() in tx.output.inputs:
-            source, real, _ = tx.output.inputs[self.source.name()]
-            return source, real
+            return tx.output.inputs[self.source.name()]
         for source, real, var in tx.output.inputs.values():
             if isinstance(var, TensorVariable) and var.example_value is self.example_value:
-                return source, real
+                return source, real, var
         return None
 
     def _inputs_sharing_storage(self, tx):
@@ -262,20 +351,13 @@ def _guard_input_read(tx, source, real, name):
     guards.PREDICATE(source, _InputReads(name, value), f"{source.name()}.{name}() == {value!r}")
 
 
-class _InferenceModeIs:
-    def __init__(self, enabled):
-        self.enabled = enabled
-
-    def __call__(self):
-        return torch.is_inference_mode_enabled() is self.enabled
-
-
 def _guard_inference_mode(tx):
     """A tensor made by the graph is an inference tensor exactly when inference mode is on
-    (``x.is_inference()`` of a computed value): pin the mode the trace ran in."""
-    enabled = torch.is_inference_mode_enabled()
-    tx.output.guards.PREDICATE(None, _InferenceModeIs(enabled),
-                               f"torch.is_inference_mode_enabled() == {enabled}")
+    (``x.is_inference()`` of a computed value): the mode the trace ran in follows from the one
+    the frame was entered in, guarded here, and the trace's own ``torch.inference_mode``
+    blocks (variables/ctx.py)."""
+    from .ctx import guard_entry_inference_mode
+    guard_entry_inference_mode(tx)
 
 
 def _has_symbols(value):

@@ -24,6 +24,10 @@ _GLOBAL_STATE = [f for f in (torch.is_grad_enabled, torch.get_default_dtype,
                              torch.are_deterministic_algorithms_enabled,
                              getattr(torch, "get_default_device", None)) if f is not None]
 
+# Guarded at every frame's entry (convert), changed in the trace only by its context managers:
+# what they read now follows from that (inference mode: its entry value, where read; ctx.py).
+_ENTRY_GUARDED = (torch.is_grad_enabled, torch.get_default_dtype)
+
 
 class GlobalStateIs:
     """A guard: ``fn()`` still returns ``value``."""
@@ -33,7 +37,8 @@ class GlobalStateIs:
 
     def __call__(self):
         return self.fn() == self.value
-_REFUSED_PREFIXES = ("set_", "_set_", "manual_seed", "seed", "use_deterministic", "initial_seed")
+_REFUSED_PREFIXES = ("set_", "_set_", "manual_seed", "seed", "use_deterministic", "initial_seed",
+                     "autocast_increment_nesting", "autocast_decrement_nesting", "clear_autocast_cache")
 
 
 def is_compiling_function(value):
@@ -107,14 +112,25 @@ class TorchVariable(ObjectVariable):
             return ConstantVariable(True)
         if fn in _FOLD:
             return ConstantVariable(_FOLD[fn])
+        from .subgraph import check_global_state
+        check_global_state(tx, fn)  # refused inside an autograd.Function's backward
+        if fn is torch.is_autocast_enabled:  # its device's state, as ctx.py reads it
+            from . import ctx
+            return ctx.read_state(tx, fn, args, kwargs)
         if any(fn is f for f in _GLOBAL_STATE) and not args and not kwargs:
             value = fn()
-            tx.output.guards.PREDICATE(None, GlobalStateIs(fn, value),
-                                       f"torch.{fn.__name__}() == {value!r}")
+            from . import ctx
+            if fn is torch.is_inference_mode_enabled:
+                ctx.guard_entry_inference_mode(tx)
+            elif not any(fn is f for f in _ENTRY_GUARDED):
+                tx.output.guards.PREDICATE(None, GlobalStateIs(fn, value),
+                                           f"torch.{fn.__name__}() == {value!r}")
             return ConstantVariable(value)
-        if fn in (torch.no_grad, torch.enable_grad, torch.set_grad_enabled):
-            from .ctx import GradModeVariable
-            return GradModeVariable.create(tx, fn, args, kwargs)
+        from . import ctx
+        if ctx.is_factory(fn):  # torch.no_grad(), torch.autocast(...), ...
+            return ctx.create(tx, fn, args, kwargs)
+        if any(fn is f for f in ctx.READERS):
+            return ctx.read_state(tx, fn, args, kwargs)
         name = getattr(fn, "__name__", "")
         if name.startswith(_REFUSED_PREFIXES):
             raise Unsupported(f"torch.{name} changes global torch state")

@@ -65,6 +65,10 @@ class UserDefinedClassVariable(ObjectVariable):
         from .builder import wrap_value
         refuse_stale_class_read(tx, self.value, name)
         refuse_stale_class_read(tx, type(self.value), name)
+        if name == "apply":
+            from .autograd_function import AutogradFunctionApplyVariable, is_function_class
+            if is_function_class(self.value):  # captured in the graph (autograd_function.py)
+                return AutogradFunctionApplyVariable(self)
         found = inspect.getattr_static(self.value, name, _MISSING)
         if found is _MISSING:
             raise Unsupported(f"class {self.value.__name__} has no attribute {name!r}")
