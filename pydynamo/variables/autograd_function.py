@@ -241,7 +241,8 @@ def trace_apply(tx, cls_var, args, kwargs):
     if torch._C._are_functorch_transforms_active():
         raise Unsupported(f"{name}.apply under a functorch transform (vmap, grad, ...)")
     tx.output.guards.PREDICATE(None, _FunctorchInactive(), "no functorch transform is active")
-    if _class_attr(tx, cls_var, "boxed_grads_call").as_python_constant():
+    # torch 2.13's boxed-gradients protocol (absent before it: guarded absent)
+    if cls_var.has_attr(tx, "boxed_grads_call") and _class_attr(tx, cls_var, "boxed_grads_call").as_python_constant():
         raise Unsupported(f"{name}.boxed_grads_call is set")
     fwd = _class_attr(tx, cls_var, "forward")
     setup = _class_attr(tx, cls_var, "setup_context")

@@ -109,8 +109,14 @@ def leave_all(output):
     """Undo, for real, the switches of the managers a trace left entered (it stopped inside
     their blocks), innermost first."""
     state = _states.get(output)
+    failure = None
     while state is not None and state.active:
-        state.active.pop().leave_real()
+        try:
+            state.active.pop().leave_real_once()
+        except Exception as e:  # noqa: BLE001 - the outer ones are still restored
+            failure = failure or e
+    if failure is not None:
+        raise failure
 
 
 def check_all_closed(tx):
@@ -141,6 +147,13 @@ class ContextManagerVariable(VariableTracker):
     def python_type(self):
         return self.cls
 
+    def leave_real_once(self):
+        """``leave_real`` unless already done for this entry (an exit that failed after undoing
+        the switch is not undone twice when the trace's managers are all left)."""
+        if not getattr(self, "real_left", True):
+            self.real_left = True
+            self.leave_real()
+
     def grad_inside(self, outer):
         """The grad mode right after entering it natively in grad mode ``outer``."""
         return outer
@@ -150,6 +163,7 @@ class ContextManagerVariable(VariableTracker):
             raise Unsupported(f"entering {self} while it is already entered")
         state = _state(tx)
         self.outer_grad = torch.is_grad_enabled()
+        self.real_left = False
         result = self._enter(tx)
         self.entered = self.used = True
         state.active.append(self)
@@ -173,7 +187,7 @@ class ContextManagerVariable(VariableTracker):
         """The exit's nodes, or none at all where nothing was recorded since the enter: an empty
         region (a block around no graph work) leaves the graph as it was."""
         graph = tx.output.graph
-        if self.enter_nodes and next(reversed(graph.nodes)) is self.enter_nodes[-1]:
+        if self.enter_nodes and next(iter(reversed(graph.nodes))) is self.enter_nodes[-1]:
             for node in reversed(self.enter_nodes):
                 graph.erase_node(node)
         else:
@@ -299,7 +313,7 @@ class InferenceModeVariable(ContextManagerVariable):
 
     def _exit(self, tx):
         from torch.autograd.grad_mode import _exit_inference_mode
-        self.leave_real()
+        self.leave_real_once()
         self._record_exit(tx, (_exit_inference_mode, (self.enter_nodes[-1],)))
 
     def leave_real(self):
@@ -371,7 +385,7 @@ class AutocastVariable(ContextManagerVariable):
 
     def _exit(self, tx):
         from torch.amp.autocast_mode import _exit_autocast
-        self.leave_real()
+        self.leave_real_once()
         self._record_exit(tx, (_exit_autocast, (self.enter_nodes[-1],)))
 
     def leave_real(self):
@@ -484,9 +498,9 @@ class SdpaKernelVariable(ContextManagerVariable):
 
     def _exit(self, tx):
         from torch.nn.attention import _backend_from_string, _sdpa_kernel
-        self.leave_real()
+        self.leave_real_once()
         graph = tx.output.graph
-        if self.enter_nodes and next(reversed(graph.nodes)) is self.enter_nodes[-1]:
+        if self.enter_nodes and next(iter(reversed(graph.nodes))) is self.enter_nodes[-1]:
             self._record_exit(tx)
             return
         self.enter_nodes = []
