@@ -65,6 +65,7 @@ def counts(fn, make=_inputs):
         warnings.simplefilter("ignore")
         ours = pydynamo.explain(fn)(*make())
         torch._dynamo.reset()
+        ambient = [(d, torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)) for d in ("cpu", "cuda")]
         try:
             theirs = torch._dynamo.explain(fn)(*make())
             theirs = (theirs.graph_count, theirs.graph_break_count)
@@ -72,6 +73,11 @@ def counts(fn, make=_inputs):
             theirs = None
         finally:
             torch._dynamo.reset()
+            # torch 2.11's torch.compile leaves autocast enabled when it fails on manual_enter_exit
+            for device, enabled, dtype in ambient:
+                torch.set_autocast_enabled(device, enabled)
+                torch.set_autocast_dtype(device, dtype)
+            torch.clear_autocast_cache()
     return (ours.graph_count, ours.graph_break_count), theirs
 
 
