@@ -1147,11 +1147,30 @@ def fam_hooks(rng, s, place):  # nn.Module hooks (forward, kwargs, prepend, alwa
           "HK$i.lin._forward_pre_hooks.clear()")
 
 
+def fam_tattrs(rng, s, place):  # Python attributes on a tensor (x.tag): read, tested, written; .grad
+    s.var = place(rng.choice(["torch.ones(3)", "torch.arange(4.0)", "torch.ones(3).requires_grad_()"]))
+    s.watch.append(f"dict(getattr({s.var.watch}, '__dict__', {{}}))")
+    pick(rng, s, [
+        "out.append(getattr($v, 'tag', None))",
+        "if hasattr($v, 'scale'):\n    x = x * $v.scale\nelse:\n    x = x + 1",
+        "$v.tag = n\nout.append($v.tag)",
+        "try:\n    out.append($v.missing)\nexcept AttributeError:\n    out.append('no')",
+        "y = $v * 2\nout.append(hasattr(y, 'tag'))\nout.append(getattr(y.contiguous(), 'tag', -1))",
+        "z = $v.contiguous()\nout.append(getattr(z, 'scale', 0))",
+        "if $v.grad is not None:\n    out.append($v.grad.sum())\nelse:\n    out.append('nograd')",
+        "if getattr($v, 'tag', 0) == 3:\n    out.append($v * 3)",
+    ])
+    s.mut("$p.tag = 3", "$p.tag = 'a'", "$p.scale = 2.0", "$p.missing = 1",
+          "if hasattr($p, 'tag'):\n    del $p.tag", "if hasattr($p, 'scale'):\n    del $p.scale",
+          "if $p.requires_grad:\n    $p.grad = torch.ones_like($p)", "$p.grad = None",
+          s.var.rebind("torch.ones(3)"), s.var.rebind("torch.zeros(2).requires_grad_()"))
+
+
 FAMILIES = {f.__name__[4:]: f for f in [fam_tensor, fam_scalar, fam_object, fam_list, fam_dict, fam_namedtuple,
                                          fam_iter, fam_modes, fam_raise, fam_break, fam_module, fam_tmethods,
                                          fam_tstate, fam_inplace, fam_builtins, fam_dunder, fam_helper, fam_alias,
                                          fam_exc, fam_dyn, fam_methods, fam_newobj, fam_config, fam_records,
-                                         fam_pystd, fam_dispatch, fam_hooks]}
+                                         fam_pystd, fam_dispatch, fam_hooks, fam_tattrs]}
 SHAPES = [(2, 3), (3, 4), (4,), (2, 3, 4), (1, 4), (4, 1), (2, 2, 1, 2)]
 DTYPES = ["float32"] * 4 + ["float64", "int64", "bool", "complex64", "float16"]
 
