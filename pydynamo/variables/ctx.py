@@ -147,6 +147,16 @@ class ContextManagerVariable(VariableTracker):
     def python_type(self):
         return self.cls
 
+    def _exit(self, tx):
+        """For managers whose enter returns an object (``self.real``) that ``_exit_fn()`` takes to
+        undo the switch, for real and in the graph (inference mode, autocast)."""
+        self.leave_real_once()
+        self._record_exit(tx, (self._exit_fn(), (self.enter_nodes[-1],)))
+
+    def leave_real(self):
+        real, self.real = self.real, None
+        self._exit_fn()(real)
+
     def leave_real_once(self):
         """``leave_real`` unless already done for this entry (an exit that failed after undoing
         the switch is not undone twice when the trace's managers are all left)."""
@@ -311,15 +321,10 @@ class InferenceModeVariable(ContextManagerVariable):
         self._record_enter(tx, (_enter_inference_mode, (self.mode,)))
         return ConstantVariable(None)
 
-    def _exit(self, tx):
+    @staticmethod
+    def _exit_fn():
         from torch.autograd.grad_mode import _exit_inference_mode
-        self.leave_real_once()
-        self._record_exit(tx, (_exit_inference_mode, (self.enter_nodes[-1],)))
-
-    def leave_real(self):
-        from torch.autograd.grad_mode import _exit_inference_mode
-        real, self.real = self.real, None
-        _exit_inference_mode(real)
+        return _exit_inference_mode
 
     def grad_inside(self, outer):
         return False if self.mode else outer
@@ -383,15 +388,10 @@ class AutocastVariable(ContextManagerVariable):
         self._record_enter(tx, (_enter_autocast, self.args))
         return self
 
-    def _exit(self, tx):
+    @staticmethod
+    def _exit_fn():
         from torch.amp.autocast_mode import _exit_autocast
-        self.leave_real_once()
-        self._record_exit(tx, (_exit_autocast, (self.enter_nodes[-1],)))
-
-    def leave_real(self):
-        from torch.amp.autocast_mode import _exit_autocast
-        real, self.real = self.real, None
-        _exit_autocast(real)
+        return _exit_autocast
 
     def reentry(self):
         return torch.amp.autocast_mode.autocast, self.args
