@@ -10,6 +10,7 @@ import inspect
 import torch
 
 from . import _C
+from .api import compiling_in_this_thread
 from .backends import lookup_backend
 from .convert_frame import ConvertFrame, request_compile
 
@@ -65,7 +66,6 @@ def _refuse_foreign_tracing(fn):
     """A pydynamo-optimized function called while another tracer records the program, or from
     inside a pydynamo compile (a backend), is an error that says so, as under torch.compile:
     what pydynamo would compile there is the tracer's proxies, not the user's tensors."""
-    from .api import compiling_in_this_thread
     what = None
     if torch.fx._symbolic_trace.is_fx_symbolic_tracing():
         what = "torch.fx.symbolic_trace is tracing"
