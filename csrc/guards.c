@@ -429,7 +429,9 @@ static Py_ssize_t eval_node(GuardSetObject *gs, const Node *node, PyObject *v, c
  * groups are equal, as when the graph was traced. Compiled graphs (AOTAutograd) specialize on
  * which tensor inputs alias each other. The values were left in `slots` by the tree's walk (NULL:
  * unreadable, which other checks report). Sorted by address, then by group: within a run of one
- * address the groups must agree, and within a run of one group the addresses. */
+ * address the groups must agree, and within a run of one group the addresses. A third item of
+ * the check's value, a Python callable, is then called with the tuple of values: which of them
+ * share memory, where the graph changes one, must also be as traced (guards.py MemoryOverlap). */
 typedef struct { PyObject *v; long group; } AliasItem;
 
 static int by_address(const void *a, const void *b)
@@ -465,6 +467,22 @@ static int aliasing_matches(const Check *c, PyObject **slots, const char **detai
             *detail = "inputs no longer alias";
         }
     if (items != small) PyMem_Free(items);
+    PyObject *overlap = PyTuple_GET_SIZE(c->value) > 2 ? PyTuple_GET_ITEM(c->value, 2) : NULL;
+    if (ok && overlap != NULL) {
+        /* the memory-overlap predicate: called with every path's value (None: unreadable) */
+        PyObject *values = PyTuple_New(c->npaths);
+        if (values == NULL) return -1;
+        for (Py_ssize_t i = 0; i < c->npaths; i++) {
+            PyObject *v = slots[c->paths[i].slot];
+            PyTuple_SET_ITEM(values, i, Py_NewRef(v != NULL ? v : Py_None));
+        }
+        PyObject *r = PyObject_CallOneArg(overlap, values);
+        Py_DECREF(values);
+        ok = r ? PyObject_IsTrue(r) : -1;
+        Py_XDECREF(r);
+        if (ok < 0) { PyErr_Clear(); ok = 0; *detail = "the overlap check raised an exception"; }
+        else if (!ok) *detail = "inputs that the graph changes now share memory differently";
+    }
     return ok;
 }
 
@@ -902,12 +920,13 @@ static PyObject *GuardSet_add(GuardSetObject *self, PyObject *args)
         break;
     case ALIASING: {
         PyObject *paths, *groups;
-        if (c.nsteps || !PyTuple_Check(value) || !PyArg_ParseTuple(value, "O!O!", &PyTuple_Type, &paths,
-                                                                   &PyTuple_Type, &groups) ||
-            PyTuple_GET_SIZE(paths) != PyTuple_GET_SIZE(groups)) {
+        PyObject *overlap = NULL;
+        if (c.nsteps || !PyTuple_Check(value) || !PyArg_ParseTuple(value, "O!O!|O", &PyTuple_Type, &paths,
+                                                                   &PyTuple_Type, &groups, &overlap) ||
+            PyTuple_GET_SIZE(paths) != PyTuple_GET_SIZE(groups) || (overlap != NULL && !PyCallable_Check(overlap))) {
             PyErr_Clear();
-            PyErr_SetString(PyExc_TypeError, "ALIASING takes no steps and (paths, groups): a tuple of step "
-                            "tuples and a tuple of as many ints");
+            PyErr_SetString(PyExc_TypeError, "ALIASING takes no steps and (paths, groups[, overlap]): a tuple "
+                            "of step tuples, a tuple of as many ints, and a callable taking the values");
             goto fail;
         }
         c.npaths = PyTuple_GET_SIZE(paths);

@@ -3,6 +3,9 @@
 // strides tuple per check. Built only against the torch it will run with (checked at import).
 #include <Python.h>
 
+#include <algorithm>
+#include <vector>
+
 #include <torch/csrc/Device.h>
 #include <torch/csrc/Dtype.h>
 #include <torch/csrc/Layout.h>
@@ -76,8 +79,75 @@ int check(PyObject *obj, const PydFastTensorSpec *spec, const int64_t *sizes, co
 
 PydTensorGuardAPI api = {PYD_TENSOR_GUARD_API_VERSION, encode, check};
 
+// overlapping_pairs(values, changed, other_range) -> frozenset of (i, j), i < j: the pairs of
+// values whose memory ranges intersect, where `changed` (a set of indices) holds i or j. A
+// tensor's range is its storage's bytes; any other value's is other_range(v) (None or
+// (start, end)). guards.py's MemoryOverlap calls it at every check of a graph that changes
+// inputs in place, so the tensors (often a model's every buffer) are read here, not in Python.
+PyObject *overlapping_pairs(PyObject *, PyObject *args) {
+  PyObject *values, *changed, *other_range;
+  if (!PyArg_ParseTuple(args, "O!OO", &PyTuple_Type, &values, &changed, &other_range)) return nullptr;
+  struct Range { uintptr_t start, end; Py_ssize_t index; };
+  std::vector<Range> ranges;
+  const Py_ssize_t n = PyTuple_GET_SIZE(values);
+  for (Py_ssize_t i = 0; i < n; i++) {
+    PyObject *v = PyTuple_GET_ITEM(values, i);
+    if (v == Py_None) continue;
+    if (THPVariable_Check(v)) {
+      try {
+        const at::Tensor &t = THPVariable_Unpack(v);
+        if (t.device().is_meta() || !t.has_storage()) continue;
+        const c10::Storage &st = t.storage();
+        const auto start = reinterpret_cast<uintptr_t>(st.data());
+        const size_t nbytes = st.nbytes();
+        if (nbytes) ranges.push_back({start, start + nbytes, i});
+      } catch (...) {
+        PyErr_SetString(PyExc_RuntimeError, "overlapping_pairs: a tensor's storage could not be read");
+        return nullptr;
+      }
+      continue;
+    }
+    PyObject *r = PyObject_CallOneArg(other_range, v);
+    if (r == nullptr) return nullptr;
+    if (r != Py_None) {
+      unsigned long long lo, hi;
+      if (!PyArg_ParseTuple(r, "KK", &lo, &hi)) { Py_DECREF(r); return nullptr; }
+      if (hi > lo) ranges.push_back({static_cast<uintptr_t>(lo), static_cast<uintptr_t>(hi), i});
+    }
+    Py_DECREF(r);
+  }
+  std::sort(ranges.begin(), ranges.end(), [](const Range &a, const Range &b) { return a.start < b.start; });
+  PyObject *pairs = PySet_New(nullptr);
+  if (pairs == nullptr) return nullptr;
+  for (size_t k = 0; k < ranges.size(); k++) {
+    for (size_t l = k + 1; l < ranges.size() && ranges[l].start < ranges[k].end; l++) {
+      Py_ssize_t i = std::min(ranges[k].index, ranges[l].index), j = std::max(ranges[k].index, ranges[l].index);
+      PyObject *pi = PyLong_FromSsize_t(i), *pj = PyLong_FromSsize_t(j);
+      int ci = pi ? PySequence_Contains(changed, pi) : -1, cj = pj ? PySequence_Contains(changed, pj) : -1;
+      PyObject *pair = (ci > 0 || cj > 0) ? PyTuple_Pack(2, pi, pj) : nullptr;
+      Py_XDECREF(pi);
+      Py_XDECREF(pj);
+      if (ci < 0 || cj < 0 || ((ci > 0 || cj > 0) && (pair == nullptr || PySet_Add(pairs, pair) < 0))) {
+        Py_XDECREF(pair);
+        Py_DECREF(pairs);
+        return nullptr;
+      }
+      Py_XDECREF(pair);
+    }
+  }
+  PyObject *frozen = PyFrozenSet_New(pairs);
+  Py_DECREF(pairs);
+  return frozen;
+}
+
+PyMethodDef methods[] = {
+    {"overlapping_pairs", overlapping_pairs, METH_VARARGS,
+     "overlapping_pairs(values, changed, other_range): pairs (i, j) of values sharing memory, one changed."},
+    {nullptr, nullptr, 0, nullptr}};
+
 struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "pydynamo._tensor_guard",
-                                 "Fast TENSOR_MATCH for pydynamo._C (built against one torch version).", -1};
+                                 "Fast TENSOR_MATCH for pydynamo._C (built against one torch version).", -1,
+                                 methods};
 
 }  // namespace
 

@@ -77,7 +77,9 @@ exception while reading means the check fails. Check kinds, with their ``value``
 * ``NOT_PRESENT``  no value: the read must fail (e.g. a global that must not exist)
 * ``ALIASING``     no steps; value: ``(paths, groups)``, a tuple of step tuples and a tuple of as
                    many ints. Two of the values are the same object exactly when their groups are
-                   equal (graphs specialize on which tensor inputs alias each other)
+                   equal (graphs specialize on which tensor inputs alias each other). An optional
+                   third item, a callable, is then called with the tuple of values (None where one
+                   cannot be read) and must return true (guards.MemoryOverlap)
 * ``SHAPE_ENV``    no steps; value: ``(bindings, facts)``: the symbolic-shape facts of a trace
                    (pydynamo/shapes.py), checked after every other check passed. ``bindings`` is a
                    tuple of ``(steps, prop, dim)``, each read once per evaluation as an int64:
@@ -119,6 +121,7 @@ class GuardSet:
 class CacheEntry:
     guards: Any  # GuardSet, or a callable taking the dict of the frame's arguments
     code: CodeType
+    hits: int  # calls this entry served (pydynamo.debug's per-code counters)
     def __init__(self, guards: Any, code: CodeType, orig_code: CodeType) -> None: ...
 
 class NoHookCall:

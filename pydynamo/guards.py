@@ -171,6 +171,68 @@ class CallIs:
         return self.fn(*self.args) == self.value
 
 
+def memory_range(v):
+    """[start, end) of the memory ``v`` (a tensor's storage, an ndarray's bytes) may touch, or None
+    when it holds none (empty, no memory at all such as a meta tensor, or an unreadable input)."""
+    if v is None:
+        return None
+    if isinstance(v, torch.Tensor):
+        if v.device.type == "meta":
+            return None
+        storage = v.untyped_storage()
+        start, n = storage.data_ptr(), storage.nbytes()
+        return (start, start + n) if n else None
+    return _ndarray_range(v)
+
+
+def _ndarray_range(v):
+    import numpy
+    lo, hi = numpy.lib.array_utils.byte_bounds(v) if hasattr(numpy.lib, "array_utils") else numpy.byte_bounds(v)
+    return (lo, hi) if hi > lo else None
+
+
+def overlapping_pairs(values, changed):
+    """The pairs ``(i, j)``, i < j, of ``values`` whose memory ranges intersect, where the graph
+    changes at least one of the two (``changed``: a set of indices). In C++ where the fast tensor
+    module is built (_tensor_guard), else here."""
+    if _fast_pairs is not None:
+        return _fast_pairs(tuple(values), changed, _ndarray_range)
+    ranges = sorted((r[0], r[1], i) for i, r in ((i, memory_range(v)) for i, v in enumerate(values))
+                    if r is not None)
+    pairs = set()
+    for k, (start, end, i) in enumerate(ranges):
+        for start2, _, j in ranges[k + 1:]:
+            if start2 >= end:
+                break
+            if i in changed or j in changed:
+                pairs.add((min(i, j), max(i, j)))
+    return frozenset(pairs)
+
+
+try:
+    from ._tensor_guard import overlapping_pairs as _fast_pairs
+except ImportError:
+    _fast_pairs = None
+
+
+class MemoryOverlap:
+    """ALIASING's memory check: the graph changes some inputs in place, and a compiled graph
+    (AOTAutograd functionalizes) is only right for the overlaps between those and the other
+    inputs it was traced with. Two distinct objects can share memory (``x`` and ``x[0]``, an
+    ndarray and its view): this pins which pairs do, by memory range (a shared storage counts as
+    overlapping even where the views do not: a miss, never a wrong hit)."""
+
+    def __init__(self, changed, pairs):
+        self.changed, self.pairs = frozenset(changed), pairs
+
+    def __call__(self, values):
+        return overlapping_pairs(values, self.changed) == self.pairs
+
+    def __repr__(self):
+        shown = ", ".join(f"{i}~{j}" for i, j in sorted(self.pairs)) or "none"
+        return f"memory overlaps with inputs changed in place ({sorted(self.changed)}) as traced: {shown}"
+
+
 class GuardBuilder:
     def __init__(self):
         self._checks = {}
@@ -271,17 +333,21 @@ class GuardBuilder:
         fn = _inference_mode_off if not enabled else torch.is_inference_mode_enabled
         self.PREDICATE(None, fn, f"torch.is_inference_mode_enabled() == {enabled}")
 
-    def ALIASING(self, sources, values):
+    def ALIASING(self, sources, values, overlap=None):
         """Which of the tensors at ``sources`` are the same object stays as traced (compiled
-        graphs, through AOTAutograd, specialize on aliasing between their inputs)."""
+        graphs, through AOTAutograd, specialize on aliasing between their inputs). ``overlap``
+        (a MemoryOverlap) also pins which of them share memory."""
         groups, first = [], {}
         for v in values:
             groups.append(first.setdefault(id(v), len(first)))
         shown = [s.name() for s in sources]
         same = [f"{a} is {b}" for i, a in enumerate(shown) for j, b in enumerate(shown[:i]) if groups[i] == groups[j]]
         text = f"aliasing of {', '.join(shown)} as traced" + (f" ({'; '.join(same)})" if same else " (all distinct)")
-        self._add((), "ALIASING", (tuple(s.steps() for s in sources), tuple(groups)), text,
-                  key=((), "ALIASING", tuple(shown)))
+        value = (tuple(s.steps() for s in sources), tuple(groups))
+        if overlap is not None:
+            value += (overlap,)
+            text += f"; {overlap!r}"
+        self._add((), "ALIASING", value, text, key=((), "ALIASING", tuple(shown), overlap is not None))
 
     def NN_MODULE_NO_HOOKS(self, source, value=None):
         # one C check reading the four hook dicts of the instance, rather than a Python predicate

@@ -56,6 +56,8 @@ class OutputGraph:
         self.fake_mode = FakeTensorMode(shape_env=self.shapes.shape_env)
         self.guards = GuardBuilder()
         self.inputs = {}  # source name -> (source, real tensor, TensorVariable)
+        self.input_versions = {}  # source name -> (fake tensor, its version counter when read)
+        self.input_arrays = {}  # source name -> the ndarray an input tensor views (variables/ndarray.py)
         self.side_effects = SideEffects()
         self.tracked_sources = {}  # source name -> the tracker made when it was first read
         self.mutable_objects = {}  # id -> (tracker, object) of lists, dicts, user objects read
@@ -104,15 +106,16 @@ class OutputGraph:
         self.inputs[key] = (source, sym, var)  # backends get the SymInt, as torch.compile's do
         return var
 
-    def add_graph_input(self, source, value):
+    def add_graph_input(self, source, value, static=False):
         """A tensor graph input; its sizes are symbolic where the dynamic policy says so (then
-        its guards are added when the trace ends, see finish_guards)."""
+        its guards are added when the trace ends, see finish_guards), never if ``static``."""
         from .variables.tensor import TensorVariable
         key = source.name()
         if key in self.inputs:
             return self.inputs[key][2]
         try:
-            fake = self.shapes.fakify(self.fake_mode, source, value)
+            fake = self.fake_mode.from_tensor(value, static_shapes=True) if static else \
+                self.shapes.fakify(self.fake_mode, source, value)
         except RuntimeError as e:  # torch refuses to read the tensor (a view poisoned by an in-place op)
             raise Unsupported(f"{source.name()} cannot be traced: {str(e).splitlines()[0][:200]}") from None
         node = self._placeholder(source)
@@ -122,6 +125,7 @@ class OutputGraph:
             or self.shapes.static_address(self.guards, source, value)
         var = TensorVariable(node, fake, source, python_cls=type(value))
         self.inputs[key] = (source, value, var)
+        self.input_versions[key] = (fake, _version(fake))
         return var
 
     def call_graph(self, tx, kind, target, args, kwargs):
@@ -131,6 +135,10 @@ class OutputGraph:
         fake_args, fake_kwargs = _map(args, _fake_arg), {k: _fake_arg(v) for k, v in kwargs.items()}
         what = target if isinstance(target, str) else getattr(target, "__name__", repr(target))
         self.shapes.drop_unbound()
+        if not getattr(target, "takes_ndarrays", False) and _has_ndarray([*args, *kwargs.values()]):
+            raise Unsupported(f"{what} called with an ndarray (NumPy code is traced only through NumPy's "
+                              "own functions, methods and operators)")
+        versions = [(t, _version(t)) for t in _fake_tensors(fake_args, fake_kwargs)]
         try:
             # with symbolic sizes, composite ops (matmul, ...) run their Python decompositions,
             # which reason about SymInts; some C++ ones read sizes as ints and would specialize them
@@ -145,6 +153,8 @@ class OutputGraph:
             raise Unsupported(f"{what}: operator {e} does not support fake tensors") from None
         except Exception as e:
             raise Unsupported(f"{what} raised {type(e).__name__} while tracing: {e}") from None
+        if any(_version(t) != v for t, v in versions):
+            self._check_changed_inputs(what)
         bindings = self.shapes.bind_unbacked(value, what)  # data-dependent outputs (config.capture_*)
         node = self.graph.create_node(kind, target, node_args, node_kwargs)
         node.meta["example_value"] = value
@@ -222,21 +232,70 @@ class OutputGraph:
         from .variables.tensor import TensorVariable
         seen, outputs = set(), []
         from .variables.sym import SymNodeVariable
+        from .variables.ndarray import NdarrayVariable
         for var in walk_values(values):
-            if isinstance(var, (TensorVariable, SymNodeVariable)) and var.node.op != "placeholder" \
+            if isinstance(var, (TensorVariable, SymNodeVariable, NdarrayVariable)) and var.node.op != "placeholder" \
                     and var.node not in seen:
                 seen.add(var.node)
                 outputs.append(var)
         return outputs
 
+    def _guarded(self, key):
+        """(source, value) of tensor input ``key`` as guards read it: an ndarray input's tensor is
+        made by the code that calls the graph, so guards read the array (``input_arrays``)."""
+        source, value, _ = self.inputs[key]
+        if key in self.input_arrays:
+            return source.base, self.input_arrays[key]
+        return source, value
+
+    def _check_changed_inputs(self, what):
+        """An op just changed a tensor in place: if it is (a view of) an input that shares memory
+        with another input object, refuse it. AOTAutograd compiles a graph for one layout of
+        shared memory between inputs, which the guards could not pin exactly (``x[:3]`` and
+        ``x[1:]`` overlap as ``x`` and ``x[:]`` do, but are other views); eager runs it right."""
+        from .guards import overlapping_pairs
+        changed = self._changed_inputs()
+        keys = [k for k, (_, value, _) in self.inputs.items() if isinstance(value, torch.Tensor)]
+        values = [self._guarded(k)[1] for k in keys]
+        for i, j in overlapping_pairs(values, {keys.index(k) for k in changed}):
+            # one tensor passed twice is one object to AOTAutograd; one ndarray passed twice is two
+            # tensors (torch.from_numpy at each read)
+            if values[i] is not values[j] or not isinstance(values[i], torch.Tensor):
+                a, b = self.inputs[keys[i]][0].name(), self.inputs[keys[j]][0].name()
+                raise Unsupported(f"{what} changes an input in place while inputs {a} and {b}, two "
+                                  "objects, share memory", "pass tensors that do not overlap, or "
+                                  "clone one of them before the call")
+
+    def _changed_inputs(self):
+        """Names of the tensor inputs whose data the graph changes in place (their fake tensor's
+        version counter moved: an in-place op on them or on a view of them)."""
+        return {key for key, (fake, version) in self.input_versions.items() if _version(fake) != version}
+
+    def _guard_memory_overlap(self):
+        """Where the graph changes inputs in place, which inputs share memory with them must stay
+        as traced: a functionalized graph writes each input back on its own, so two inputs that
+        overlap at run time but did not when traced would see each other's old values."""
+        from .guards import MemoryOverlap, overlapping_pairs
+        changed = self._changed_inputs()
+        if not changed:
+            return
+        items = [(*self._guarded(key), key in changed) for key, (src, value, _) in self.inputs.items()
+                 if isinstance(value, torch.Tensor) and (key in changed or not isinstance(src, ModuleMemberSource))]
+        if len(items) < 2:
+            return
+        idx = {i for i, (_, _, c) in enumerate(items) if c}
+        pairs = overlapping_pairs([v for _, v, _ in items], idx)
+        self.guards.ALIASING([s for s, _, _ in items], [v for _, v, _ in items], MemoryOverlap(idx, pairs))
+
     def _compile(self):
         # Parameters and buffers are distinct objects by construction (tied weights are one input:
         # inputs are keyed by source and module members by identity of their dict entries);
         # tensors reached from arguments or globals could be passed twice, so that is guarded.
-        free = [(src, value) for src, value, _ in self.inputs.values()
+        free = [self._guarded(key) for key, (src, value, _) in self.inputs.items()
                 if isinstance(value, torch.Tensor) and not isinstance(src, ModuleMemberSource)]
         if len(free) > 1:
             self.guards.ALIASING([s for s, _ in free], [v for _, v in free])
+        self._guard_memory_overlap()
         _remove_dead_nodes(self.graph)
         gm = torch.fx.GraphModule(torch.nn.Module(), self.graph)
         self.shapes.insert_runtime_asserts(gm, self.code.co_name)
@@ -293,6 +352,25 @@ def _remove_dead_nodes(graph):
             graph.erase_node(node)
 
 
+def _has_ndarray(vars_):
+    from .variables.ndarray import NdarrayVariable, _leaves
+    return any(isinstance(v, NdarrayVariable) for a in vars_ for v in _leaves(a))
+
+
+def _version(t):
+    """A tensor's version counter, which in-place ops advance; None for an inference tensor,
+    which has none (their in-place changes go unseen: docs/soundness.md)."""
+    try:
+        return t._version
+    except RuntimeError:
+        return None
+
+
+def _fake_tensors(args, kwargs):
+    import torch.utils._pytree as pytree
+    return [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+
+
 def _map(args, fn):
     return tuple(fn(a) for a in args)
 
@@ -317,7 +395,8 @@ def _graph_arg(var, tensor_fn):
     from .variables.tensor import TensorVariable
     from .variables.user_defined import UserDefinedClassVariable
     from .variables.sym import SymNodeVariable
-    if isinstance(var, TensorVariable):
+    from .variables.ndarray import NdarrayVariable, graph_constant, is_numpy_scalar_type
+    if isinstance(var, (TensorVariable, NdarrayVariable)):  # ndarrays: only NumpyCall (call_graph)
         return tensor_fn(var)
     if isinstance(var, SymNodeVariable):
         return var.node if tensor_fn is _node_of else var.value
@@ -325,9 +404,13 @@ def _graph_arg(var, tensor_fn):
         value = var.value  # numpy scalars are float/int subclasses: graphs hold plain numbers
         if type(value) in (bool, int, float, complex):
             return value
+        if type(value).__module__.startswith("numpy") and type(value).__name__.endswith("DType"):
+            return graph_constant(value)  # a NumPy dtype, as torch's NumPy layer takes it
         for base in (bool, int, float, complex):
             if isinstance(value, base) and type(value) is not base:
                 return base(value)
+        if type(value).__module__ == "numpy":  # numpy.float32(2.0): no literal in a graph's code
+            raise Unsupported(f"the NumPy scalar {value!r} as an argument of a graph op")
         return value
     if isinstance(var, SizeVariable):
         return tuple(_graph_arg(i, tensor_fn) for i in var.items)
@@ -337,6 +420,8 @@ def _graph_arg(var, tensor_fn):
         return slice(*(_graph_arg(p, tensor_fn) for p in var.parts))
     if isinstance(var, DictVariable):
         return {k: _graph_arg(v, tensor_fn) for k, v in var.items.items()}
+    if isinstance(var, UserDefinedClassVariable) and is_numpy_scalar_type(var.value):
+        return graph_constant(var.value)  # numpy.float32 as a dtype
     if isinstance(var, UserDefinedClassVariable):
         # a graph's code names its constants: a class has no literal. torch.HalfTensor and the
         # like are given by their names, which every torch API that takes them accepts.

@@ -126,10 +126,11 @@ def _equals(a, b):
 def check_one(check, args, f_globals, f_builtins, closure):
     steps, kind, value, _ = check
     if kind == "ALIASING":
-        paths, groups = value
+        paths, groups, *overlap = value
         vals = [_read(p, args, f_globals, f_builtins, closure) for p in paths]
         return all((vals[i] is vals[j]) == (groups[i] == groups[j])
-                   for i in range(len(vals)) for j in range(i))
+                   for i in range(len(vals)) for j in range(i)) and \
+            all(fn(tuple(vals)) for fn in overlap)
     if not steps:
         return bool(value())
     try:

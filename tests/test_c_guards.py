@@ -201,6 +201,41 @@ def test_aliasing_pattern():
         one((), "ALIASING", (paths, (0,)), "bad")
 
 
+def test_aliasing_memory_overlap_predicate():
+    """A third item: called with the values once identities match; views of one storage are
+    distinct objects that the overlap check tells apart."""
+    torch = pytest.importorskip("torch")
+    from pydynamo.guards import MemoryOverlap, overlapping_pairs
+    paths = ((("L", 0),), (("L", 1),))
+    x, y = torch.zeros(4), torch.zeros(4)
+    pairs = overlapping_pairs([x, y], {0})
+    assert pairs == frozenset()
+    gs = one((), "ALIASING", (paths, (0, 1), MemoryOverlap({0}, pairs)), "distinct memory")
+    assert gs.check([x, y], {})
+    assert "share memory differently" in gs.first_failure([x, x[1:]], {})
+    assert gs.first_failure([x, x], {}) == "distinct memory (two inputs are now the same object)"
+    with pytest.raises(TypeError, match="ALIASING takes no steps"):
+        one((), "ALIASING", (paths, (0, 1), 5), "bad")
+
+
+def test_overlapping_pairs_fast_and_portable_agree():
+    torch = pytest.importorskip("torch")
+    import numpy as np
+    from pydynamo import guards
+    base = torch.zeros(8)
+    arr = np.zeros(6)
+    values = [base, base[2:], torch.zeros(3), arr, arr[1:3], np.zeros(0), torch.zeros(0), None,
+              torch.empty(2, device="meta")]
+    for changed in ({0}, {3}, {2}, {0, 3}, set()):
+        got = guards.overlapping_pairs(values, changed)
+        fast, guards._fast_pairs = guards._fast_pairs, None
+        try:
+            assert guards.overlapping_pairs(values, changed) == got
+        finally:
+            guards._fast_pairs = fast
+    assert guards.overlapping_pairs(values, {0, 3}) == {(0, 1), (3, 4)}
+
+
 def _shape_env_set(*facts, bindings=None):
     bindings = bindings or ((L(0), "size", 0), (L(1), "int", 0))
     gs = _C.GuardSet()

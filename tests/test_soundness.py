@@ -545,3 +545,37 @@ def test_grad_mode_set_by_a_call_survives_an_exception_at_a_break():
             modes.append(torch.is_grad_enabled())
         torch.set_grad_enabled(True)
         assert modes[0] == modes[1], (fn.__name__, modes)
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_input_changed_in_place_while_another_input_views_it(backend):
+    """Two distinct tensor objects may share memory (``x`` and ``x[:]``): a functionalized graph
+    traced with them apart writes ``x`` back after reading the old ``y``. The memory overlap of
+    inputs the graph changes is guarded, so the shared case compiles anew."""
+    def f(x, y):
+        x.add_(1)
+        return y * 2
+
+    cf = pydynamo.optimize(backend)(f)
+    pydynamo.reset()
+    x, y = torch.zeros(3), torch.zeros(3)
+    assert torch.equal(cf(x, y), torch.zeros(3)) and torch.equal(x, torch.ones(3))
+    x = torch.zeros(3)
+    assert torch.equal(cf(x, x[:]), torch.full((3,), 2.0))
+    x = torch.zeros(4)
+    assert torch.equal(cf(x[:3], x[1:]), torch.tensor([2.0, 2.0, 0.0]))  # partial overlap
+    assert torch.equal(cf(torch.zeros(3), torch.ones(3)), torch.full((3,), 2.0))
+    x = torch.zeros(3)
+    assert torch.equal(cf(x, x), torch.full((3,), 2.0))  # one object twice: ALIASING's case
+
+
+def test_overlapping_inputs_changed_in_place_break_with_a_reason():
+    def f(x, y):
+        x.mul_(2)
+        return y + 1
+
+    x = torch.ones(4)
+    report = pydynamo.explain(f)(x, x[1:])
+    assert any("share memory" in str(b) for b in report.break_reasons)
+    x = torch.ones(4)
+    assert torch.equal(pydynamo.optimize("aot_eager")(f)(x[:3], x[1:]), torch.tensor([3.0, 3.0, 2.0]))

@@ -25,6 +25,7 @@ from .exceptions import ExceptionClassVariable
 from .functions import UserFunctionVariable, UserMethodVariable
 from .lists import ListVariable, RangeVariable, SizeVariable, SliceVariable, TupleVariable
 from .marked import MarkedFunctionVariable, is_marked
+from .ndarray import NumpyFunctionVariable, is_ndarray, is_numpy_function, wrap_ndarray
 from .nn_module import NNModuleVariable
 from .objects import BuiltinMethodVariable, is_base_method
 from .sets import SetVariable, wrap_input_set
@@ -179,6 +180,8 @@ _TORCH_CLASSES = (torch.Size, torch.device, *ctx.FACTORIES)
 _TABLE = [
     (lambda v: isinstance(v, torch.Tensor), _tensor),
     (lambda v: isinstance(v, torch.nn.Module), _module),
+    (is_ndarray, wrap_ndarray),
+    (is_numpy_function, _identity(NumpyFunctionVariable)),
     (is_constant_value, _constant),
     (lambda v: type(v) is torch.Size, _size),
     (lambda v: type(v) is tuple and equals_supported(v), _constant_tuple),

@@ -167,6 +167,11 @@ def call_builtin(tx, fn, args, kwargs, from_opcode=False):
                       f"{[type(a).__name__ for a in args]} is not supported")
 
 
+def _any_ndarray(*args):
+    from .ndarray import NdarrayVariable
+    return any(isinstance(a, NdarrayVariable) for a in args)
+
+
 def _any_tensor(*args):
     return any(isinstance(a, TensorVariable) for a in args)
 
@@ -283,6 +288,9 @@ def _make_binary(fn):
         from .ids import IdVariable, binary_op
         if isinstance(a, IdVariable) or isinstance(b, IdVariable):
             return binary_op(tx, fn, a, b)
+        if _any_ndarray(a, b):
+            from . import ndarray
+            return ndarray.binary_op(tx, fn, a, b)
         if _any_tensor(a, b) or _sym_operands(a, b):
             # a number has no in-place method: `n += t` is `n + t` (and a graph's code cannot
             # print `1 += t`)
@@ -333,6 +341,9 @@ for _fn in (*BINARY_OPS, *INPLACE_OPS, *COMPARE_OPS):
 
 def _make_unary(fn):
     def handler(tx, a):
+        if _any_ndarray(a):
+            from . import ndarray
+            return ndarray.unary_op(tx, fn, a)
         if isinstance(a, TensorVariable) or _sym_operands(a):
             return tx.output.call_graph(tx, "call_function", fn, (a,), {})
         if a.is_python_constant():
@@ -375,6 +386,12 @@ def is_same_object(tx, a, b):
         return a.module is b.module  # both guarded by ID_MATCH
     if isinstance(a, TensorVariable) and isinstance(b, TensorVariable) and a.node is b.node:
         return True
+    if _any_ndarray(a, b):
+        # one array is one tracker (ndarray.py gives an in-place operation's operand back); an
+        # array made in the trace is a new object. Between inputs: not known
+        if a.source is not None and b.source is not None:
+            raise Unsupported("identity of two ndarray inputs")
+        return False
     from .dicts import DictVariable
     from .user_defined import UserDefinedObjectVariable
     mutable = (ListVariable, DictVariable, UserDefinedObjectVariable)
@@ -756,8 +773,8 @@ _HANDLERS[all] = lambda tx, seq: ConstantVariable(all(i.truth(tx) for i in itera
 
 def _make_conversion(fn):
     def handler(tx, *args, **kwargs):
-        if args and isinstance(args[0], TensorVariable):
-            raise DataDependentError(f"{fn.__name__}() of a tensor needs its data (data-dependent)",
+        if args and (isinstance(args[0], TensorVariable) or _any_ndarray(args[0])):
+            raise DataDependentError(f"{fn.__name__}() of a tensor or ndarray needs its data (data-dependent)",
                                      f"keep the value a tensor, or move {fn.__name__}() out of the "
                                      "compiled region")
         if _all_constant(args, kwargs):

@@ -165,6 +165,9 @@ class TensorVariable(VariableTracker):
             return tensor_hook_method(tx, self, name, args, kwargs)
         if name in ("item", "tolist") and tx.output.shapes.shape_env.allow_scalar_outputs:
             return self._scalar_outputs(tx, name, args, kwargs)  # config.capture_scalar_outputs
+        if name == "numpy":  # an ndarray sharing the tensor's memory (variables/ndarray.py)
+            from .ndarray import tensor_numpy
+            return tensor_numpy(tx, self, args, kwargs)
         if name in _DATA_METHODS:
             raise DataDependentError(f"Tensor.{name}() needs the tensor's data (data-dependent)",
                                      f"move .{name}() out of the compiled region, or keep the value "

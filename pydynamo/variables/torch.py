@@ -137,6 +137,9 @@ class TorchVariable(ObjectVariable):
         if fn is torch.device:
             from .builtin import fold
             return fold(fn, args, kwargs)
+        from .ndarray import ARRAY_TO_TENSOR, NdarrayVariable, tensor_from_array
+        if any(fn is f for f in ARRAY_TO_TENSOR) and any(isinstance(a, NdarrayVariable) for a in args):
+            return tensor_from_array(tx, fn, args, kwargs)
         if fn is torch.Size:
             from .lists import SizeVariable
             items = args[0].unpack_var_sequence(tx) if args else []

@@ -86,6 +86,9 @@ class UserDefinedClassVariable(ObjectVariable):
             return _make_namedtuple(tx, self, args, kwargs)
         if isinstance(cls, enum.EnumMeta):
             return _enum_call(tx, self, args, kwargs)
+        from .ndarray import is_numpy_scalar_type, numpy_scalar
+        if is_numpy_scalar_type(cls):  # numpy.float32(2.0), numpy.int64(a.sum())
+            return numpy_scalar(tx, cls, args, kwargs)
         if issubclass(cls, BaseException):
             raise Unsupported(f"creating the exception {cls.__qualname__} while tracing")
         return construct(tx, self, args, kwargs)
