@@ -150,6 +150,7 @@ static PyObject *CacheEntry_repr(CacheEntryObject *self)
 static PyMemberDef CacheEntry_members[] = {
     {"guards", T_OBJECT, offsetof(CacheEntryObject, guards), READONLY, "GuardSet or callable"},
     {"code", T_OBJECT, offsetof(CacheEntryObject, code), READONLY, "the code run on a hit"},
+    {"hits", T_PYSSIZET, offsetof(CacheEntryObject, hits), READONLY, "how many calls this entry served"},
     {NULL},
 };
 

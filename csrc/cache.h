@@ -10,6 +10,7 @@ typedef struct {
     PyObject *guards;  /* GuardSet, or a callable taking the dict of the frame's arguments */
     PyObject *code;    /* runs in place of the original code; same arguments and free variables */
     const void *orig_code; /* identity only (never dereferenced): the code this entry belongs to */
+    Py_ssize_t hits;       /* calls it served: per-code counters for pydynamo.debug, free to keep */
 } CacheEntryObject;
 
 extern PyTypeObject PydCacheEntry_Type;

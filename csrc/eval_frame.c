@@ -424,6 +424,7 @@ static PyObject *pyd_eval_frame(PyThreadState *tstate, _PyInterpreterFrame *fram
         }
     } else {
         n_hits++;
+        e->hits++;
     }
     PyObject *result = run_entry(tstate, frame, e);
     Py_DECREF(e);

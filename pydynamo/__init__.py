@@ -9,7 +9,7 @@ import functools as _functools
 
 from torch.compiler import is_compiling  # pydynamo's trace reads it True, as torch.compile's
 
-from . import _C, config, logs
+from . import _C, config, debug, logs
 from .api import allow_in_graph, disallow_in_graph, graph_break
 from .backends import list_backends, lookup_backend, register_backend
 from .eval_frame import OptimizedModule, assume_constant_result, disable, optimize, run, run_only
@@ -19,6 +19,7 @@ from .shapes import mark_dynamic, mark_static, mark_static_address, maybe_mark_d
 
 _C.set_error_handler(logs.report_callback_error)
 logs.configure(config.logs)
+debug.start_from_env()  # PYDYNAMO_TRACE_DIR
 
 
 def compile(model=None, *, backend="inductor", fullgraph=False, dynamic=None, mode=None, options=None):

@@ -12,7 +12,7 @@ import weakref
 
 import torch
 
-from . import _C, config, logs
+from . import _C, config, debug, logs
 from .exc import BackendCompilerFailed, Unsupported
 
 _PYDYNAMO_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -125,7 +125,8 @@ def in_native_checkpoint():
 
 class ConvertFrame:
     def __init__(self, backend, fullgraph=False, dynamic=None):
-        self.backend, self.fullgraph, self.dynamic = run_without_hook(backend), fullgraph, dynamic
+        self.backend = debug.observe_backend(run_without_hook(backend))
+        self.fullgraph, self.dynamic = fullgraph, dynamic
 
     def __call__(self, frame, cache_size):
         code = frame.f_code
@@ -136,6 +137,14 @@ class ConvertFrame:
             # user's function called from a backward hook, or optimize()d itself); SKIP is
             # forever. The price is this callback at each such call while in backward.
             return None
+        if debug.tracer is not None:  # pydynamo.debug.trace: misses only, hits never get here
+            return debug.tracer.record(self, frame, cache_size)
+        return self.on_miss(frame, cache_size)
+
+    def on_miss(self, frame, cache_size):
+        """Compile ``frame`` (its code has ``cache_size`` entries, none of which took it), or not:
+        what the hook is answered."""
+        code = frame.f_code
         if cache_size >= config.cache_size_limit:
             self._cache_limit_reached(frame, code)
             return None  # existing entries keep serving hits; misses run eagerly
@@ -199,7 +208,10 @@ class ConvertFrame:
             logs.report_internal_error(code, e)
             return _C.SKIP
         from .guards import build_guard_set
+        t1 = time.perf_counter()
         guards = build_guard_set(checks)
+        if debug.tracer is not None:
+            debug.tracer.on_guards(checks, time.perf_counter() - t1)
         if logs.enabled("guards"):
             logs.get("guards").info("guards for %s:\n  %s", _where(code), "\n  ".join(guards.texts()))
         compile_times.append((code.co_qualname, time.perf_counter() - t0))

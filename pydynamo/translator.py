@@ -14,7 +14,7 @@ import types
 import torch
 
 from . import bytecode_utils as bu
-from . import config, resume
+from . import config, debug, resume
 from .backends import lookup_backend
 from .exc import ExceptionRaised, Unsupported, UnsupportedOpcodeError
 from .opcodes import UNSUPPORTED, OpcodeHandlers
@@ -527,6 +527,8 @@ def convert(code, f_globals, f_builtins, f_locals, closure, backend, *, fullgrap
             torch._C._set_grad_enabled(grad_mode)
             tx = InstructionTranslator(code, f_globals, f_builtins, f_locals, closure, backend,
                                        fullgraph, break_at, dynamic)
+            if debug.tracer is not None:  # pydynamo.debug.trace: graph nodes note their user lines
+                debug.tracer.watch(tx.output)
             tx.output.guards.GRAD_MODE()
             tx.output.guards.DEFAULT_DTYPE()
             tx.output.guards.AUTOCAST()
