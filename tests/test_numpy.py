@@ -78,7 +78,7 @@ def test_numpy_scalars_come_back_as_numpy_scalars(backend):
     assert got[2].dtype == np.float64  # NumPy scalars keep their dtype in the graph (NEP 50)
 
 
-@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "inductor"])
 def test_in_place_changes_reach_the_callers_array_and_keep_its_identity(backend):
     def f(a):
         a += 1
