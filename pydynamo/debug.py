@@ -32,6 +32,7 @@ import weakref
 import torch
 
 from . import _C
+from .dump_src import dump_src  # noqa: F401  (pydynamo.debug.dump_src: dump_src.py)
 
 # The active Tracer, or None. convert_frame and translator test it on misses only.
 tracer = None
@@ -215,7 +216,7 @@ class Tracer:
         if ev is not None:
             stack = [list(s) for s in exc.user_stack]
             top = stack[-1] if stack and stack[-1][0] == ev["file"] else None
-            ev["breaks"].append({"reason": exc.reason, "kind": type(exc).__name__, "hint": exc.hint,
+            ev["breaks"].append({"reason": exc.reason, "id": exc.id, "kind": type(exc).__name__, "hint": exc.hint,
                                  "user_stack": stack, "line": top[1] if top else None})
 
     def on_guards(self, checks, seconds):

@@ -4,7 +4,9 @@
 graph break at the top frame's current instruction (or, where no break is possible, the whole
 frame runs eagerly); with ``fullgraph=True`` it reaches the user. It always says why, where in
 the user's code (the translator fills in file:line as the exception leaves each traced frame)
-and, where we know one, what to do about it.
+and, where we know one, what to do about it. Each also has an id in the graph-break catalogue
+(breaks.py, docs/graph-breaks.md), found from its class and reason: ``exc.id``, with the
+catalogue's ``explanation`` and, where the raise site gave none, its ``hint``.
 
 The subclasses name the cause, so tests and users can catch one kind:
 
@@ -29,14 +31,34 @@ class PydynamoError(Exception):
 
 
 class Unsupported(PydynamoError):
-    hint = None  # the default hint of this cause
-
     def __init__(self, reason, hint=None):
         super().__init__(reason)
         self.reason = reason
-        if hint is not None:
-            self.hint = hint
+        self._hint = hint  # the raise site's own; else the catalogue's for this kind of break
         self.user_stack = []  # (filename, lineno, function name), innermost first
+
+    @property
+    def catalogue_entry(self):
+        """Looked up when asked for, not when raised: most Unsupported are caught inside the
+        tracer and never shown (breaks.py caches the lookup by reason)."""
+        from . import breaks
+        return breaks.lookup(self)
+
+    @property
+    def id(self):
+        return self.catalogue_entry.id
+
+    @property
+    def explanation(self):
+        return self.catalogue_entry.explanation
+
+    @property
+    def hint(self):
+        return getattr(self, "_hint", None) or self.catalogue_entry.hint
+
+    @hint.setter
+    def hint(self, value):
+        self._hint = value
 
     def add_frame(self, filename, lineno, name):
         self.user_stack.append((filename, lineno, name))
@@ -56,31 +78,31 @@ class Unsupported(PydynamoError):
             source = linecache.getline(filename, lineno or 0).strip()
             if source:
                 lines.append(f"      {source}")
+        lines.append(f"id: {self.id} (docs/graph-breaks.md)")
         if self.hint:
             lines.append(f"hint: {self.hint}")
         return "\n".join(lines)
 
 
+# The subclasses' default hints are their catalogue catch-alls' (breaks.py).
 class DataDependentError(Unsupported):
-    hint = ("keep the value a tensor (torch.where(cond, a, b) instead of `if`), or move "
-            ".item()/.tolist() out of the compiled region")
+    pass
 
 
 class SideEffectError(Unsupported):
-    hint = "move print() and other I/O out of the compiled region"
+    pass
 
 
 class DisabledFunctionError(Unsupported):
-    hint = "the function is decorated with pydynamo.disable; remove the decorator to capture it"
+    pass
 
 
 class UnmodelledCallError(Unsupported):
-    hint = ("use a torch operation instead, or decorate the caller's helper with "
-            "pydynamo.disable to make the break explicit")
+    pass
 
 
 class UnsupportedOpcodeError(Unsupported):
-    hint = "move this statement out of the compiled region"
+    pass
 
 
 class ExceptionRaised(Unsupported):
@@ -108,6 +130,11 @@ class BackendCompilerFailed(PydynamoError):
         super().__init__(f"backend {name!r} raised {type(exc).__name__}: {exc}")
         self.backend = backend
         self.inner_exception = exc
+
+    @property
+    def id(self):
+        from . import breaks
+        return breaks.lookup(self).id
 
 
 def unsupported(reason):

@@ -17,6 +17,7 @@ class BreakReason:
     user_stack: list  # (filename, lineno, function name), innermost first
     hint: str = None
     kind: str = "Unsupported"  # the exc.py class of the cause
+    id: str = None  # its graph-break catalogue id (breaks.py, docs/graph-breaks.md)
 
     @property
     def location(self):
@@ -29,7 +30,7 @@ class BreakReason:
         return linecache.getline(self.user_stack[0][0], self.user_stack[0][1]).strip()
 
     def __str__(self):
-        lines = [f"Reason: {self.reason}", "User Stack:"]
+        lines = [f"Reason{f' [{self.id}]' if self.id else ''}: {self.reason}", "User Stack:"]
         for f, n, name in self.user_stack:
             src = linecache.getline(f, n or 0).strip()
             lines.append(f"  {f}:{n} in {name}" + (f": {src}" if src else ""))
@@ -101,7 +102,7 @@ class _Recorder:
 
     def on_break(self, exc):
         self.out.break_reasons.append(BreakReason(exc.reason, list(exc.user_stack), exc.hint,
-                                                  type(exc).__name__))
+                                                  type(exc).__name__, exc.id))
 
 
 def explain(fn):

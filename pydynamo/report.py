@@ -167,7 +167,7 @@ def _breaks_section(m):
         src = _source_line(fn, s["line"])
         rows.append(
             f'<div class="break-site"><div class="reason">{_e(b["reason"])}'
-            f' <span class="kind">{_e(b["kind"])}</span></div>'
+            f' <span class="kind">{_e(b.get("id") or "")} {_e(b["kind"])}</span></div>'
             f'<div>at {_where(fn, s["line"])} in <b>{_e(fn["function"])}</b>'
             + (f' <code>{_e(src)}</code>' if src else "")
             + (" &mdash; the whole frame ran eagerly" if s["eager"] else "")

@@ -177,7 +177,7 @@ def test_explain_fields_for_the_tutorial():
     assert "L['b']: Tensor(torch.float32, cpu, size=[4], stride=[1], requires_grad=False)" in out.out_guards
     text = str(out)
     assert text.startswith("Graph Count: 2\nGraph Break Count: 1\nOp Count: 7\nBreak Reasons:\n"
-                           "  Break Reason 1:\n    Reason: data-dependent control flow")
+                           "  Break Reason 1:\n    Reason [PD101]: data-dependent control flow")
     assert f"    User Stack:\n      {__file__}:{bar.__code__.co_firstlineno + 2} in bar: if b.sum() < 0:" in text
     assert "Hint: use torch.where" in text and "Guard 1: " in text
     assert _C.get_eval_frame() is None and _C.cache_size(bar) == 0 and bar.__code__ not in resume._memo
@@ -226,6 +226,7 @@ def test_fullgraph_item_message():
         "      return y.item()\n"
         f"  called from {__file__}:{calls_inner.__code__.co_firstlineno + 2} in calls_inner\n"
         "      return inner_item(y.sum())\n"
+        "id: PD102 (docs/graph-breaks.md)\n"
         "hint: move .item() out of the compiled region, or keep the value a tensor")
 
 
@@ -236,6 +237,7 @@ def test_fullgraph_branch_message():
         "data-dependent control flow: branching on the value of a tensor\n"
         f"  at {__file__}:{bar.__code__.co_firstlineno + 2} in bar\n"
         "      if b.sum() < 0:\n"
+        "id: PD101 (docs/graph-breaks.md)\n"
         "hint: use torch.where(cond, a, b) to select values instead of branching")
 
 

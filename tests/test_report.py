@@ -86,7 +86,7 @@ def test_trace_frames_and_breaks(traced):
     assert first["compile_id"] == "0/0" and again["compile_id"] == "0/1"
     assert first["result"] == again["result"] == "compiled"
     (brk,) = first["breaks"]
-    assert brk["line"] == BREAK_LINE and brk["kind"] == "DataDependentError"
+    assert brk["line"] == BREAK_LINE and brk["kind"] == "DataDependentError" and brk["id"] == "PD101"
     assert "branching on the value of a tensor" in brk["reason"]
     assert brk["user_stack"] == [[str(directory / "model.py"), BREAK_LINE, "forward"]]
     (graph,) = first["graphs"]

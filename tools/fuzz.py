@@ -82,6 +82,7 @@ import operator
 import typing
 import warnings
 
+import numpy as np
 import torch
 
 MISSING = "<missing>"
@@ -1166,11 +1167,34 @@ def fam_tattrs(rng, s, place):  # Python attributes on a tensor (x.tag): read, t
           s.var.rebind("torch.ones(3)"), s.var.rebind("torch.zeros(2).requires_grad_()"))
 
 
+def fam_numpy(rng, s, place):  # NumPy arrays as inputs and state; NumPy calls, views, in-place changes
+    s.var = place(rng.choice(["np.arange(6.0).reshape(2, 3)", "np.ones(4, dtype=np.float32)", "np.arange(5)"]))
+    pick(rng, s, [
+        "a = $v * 2 + 1\nout.append(a)",
+        "out.append(np.sin($v).sum())",
+        "$v += 1\nout.append($v)",
+        "b = $v.astype(np.float64)\nb[...] = 5\nout.append(b)",
+        "out.append(np.where($v > 2, $v, 0))",
+        "out.append(($v.shape, $v.dtype, $v.ndim, len($v)))",
+        "if $v.sum() > 3:\n    out.append(1)\nelse:\n    out.append(2)",
+        "out.append(torch.from_numpy($v).sum())",
+        "out.append(np.asarray(x.detach()).shape)",
+        "w = $v.reshape(-1)[:2]\nw[0] = 9\nout.append($v)",
+        "out.append(np.float32(2.0) * $v)",
+        "out.append($v.max() > 1)",
+        "for row in np.atleast_2d($v):\n    out.append(row.max())",
+        "y = $v.flatten()\ny[0] = -1\nout.append(y)\nout.append($v)",
+    ])
+    s.mut("$p[...] = 3", s.var.rebind("np.arange(6.0)[::-2]"), s.var.rebind("np.zeros((2, 2))"),
+          s.var.rebind("np.arange(4, dtype=np.int32)"), s.var.rebind("np.ones(3).T.copy()"),
+          "$p.flags.writeable = False", s.var.rebind("$p.copy()"))
+
+
 FAMILIES = {f.__name__[4:]: f for f in [fam_tensor, fam_scalar, fam_object, fam_list, fam_dict, fam_namedtuple,
                                          fam_iter, fam_modes, fam_raise, fam_break, fam_module, fam_tmethods,
                                          fam_tstate, fam_inplace, fam_builtins, fam_dunder, fam_helper, fam_alias,
                                          fam_exc, fam_dyn, fam_methods, fam_newobj, fam_config, fam_records,
-                                         fam_pystd, fam_dispatch, fam_hooks, fam_tattrs]}
+                                         fam_pystd, fam_dispatch, fam_hooks, fam_tattrs, fam_numpy]}
 SHAPES = [(2, 3), (3, 4), (4,), (2, 3, 4), (1, 4), (4, 1), (2, 2, 1, 2)]
 DTYPES = ["float32"] * 4 + ["float64", "int64", "bool", "complex64", "float16"]
 
@@ -1273,6 +1297,11 @@ def freeze(v, memo, depth=0):
         return ("T", tname(t), str(v.dtype), tuple(v.shape), v.requires_grad, ident(), d)
     if v is None or t in (bool, int, float, complex, str):
         return ("S", tname(t), v)
+    import numpy as np
+    if isinstance(v, np.ndarray):
+        return ("A", tname(t), str(v.dtype), v.shape, ident(), v.copy())
+    if isinstance(v, np.generic):  # compared as an array: NumPy's kernels are not torch's
+        return ("A", tname(t), str(v.dtype), (), None, np.asarray(v))
     if isinstance(v, (torch.dtype, torch.device, torch.layout)):
         return ("S", tname(t), str(v))
     if isinstance(v, BaseException):
@@ -1316,6 +1345,14 @@ def compare(a, b, exact):
         else:
             same = torch.equal(a, b)
         return None if same else "tensor values differ"
+    import numpy as np
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)) or a.dtype != b.dtype or a.shape != b.shape:
+            return "arrays differ in type, dtype or shape"
+        if a.dtype.kind in "fc":  # torch's NumPy layer runs torch's kernels: never bit for bit NumPy's
+            tol = 1e-2 if a.dtype == np.float16 else 1e-4
+            return None if np.allclose(a, b, rtol=tol, atol=tol * 0.1, equal_nan=True) else "array values differ"
+        return None if np.array_equal(a, b, equal_nan=a.dtype.kind in "fc") else "array values differ"
     if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
         if len(a) != len(b) or a and isinstance(a[0], str) and len(a[0]) == 1 and a[:2] != b[:2]:
             return f"{pretty(a)} != {pretty(b)}"
