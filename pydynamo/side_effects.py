@@ -20,7 +20,15 @@ earlier one (only the final state is observable):
 * a global of the frame's module (``global G; G = x``): ``STORE_GLOBAL``;
 * a call whose only effect is outside the program (logging, warnings): the call itself;
 * a closure cell of a function that existed before the frame (``nonlocal n; n += 1``):
-  ``STORE_DEREF`` for the frame's own cells, ``cell.cell_contents = x`` for others.
+  ``STORE_DEREF`` for the frame's own cells, ``cell.cell_contents = x`` for others;
+* a Python attribute of a tensor the graph computes (``y = x * 2; y.tag = 5``): keyed by its
+  fake tensor (an op that returns its input, ``y.add_(1)``, gives the same one), ``STORE_ATTR``
+  on the graph's output, if the tensor is one; a tensor the graph does not return is dead, and
+  no one sees its attribute;
+* ``p.data = t`` on a graph input: the graph itself makes the change (variables/tensor.py); the
+  record replays nothing, it shows that the trace changed state (a subgraph region, an
+  lru_cache'd call compare the records) and checks, as the trace ends, that the graph did not
+  then change p's new memory in place (``_check_data_unchanged``).
 
 The trace reads its own writes: ``load_attr`` / ``load_global`` answer with the stored tracker.
 All new values are built before any is written, since a write may change what a Source reads.
@@ -77,6 +85,27 @@ class SideEffects:
         self._effects.pop(key, None)
         self._effects[key] = ("cell", cell, value)
 
+    def store_tensor_attr(self, var, name, value):
+        """``var.name = value`` on a tensor computed in the graph."""
+        key = ("tattr", id(var.example_value), name)
+        self._effects.pop(key, None)
+        self._effects[key] = ("tattr", var, value, name)
+
+    def load_tensor_attr(self, var, name):
+        effect = self._effects.get(("tattr", id(var.example_value), name))
+        return effect[2] if effect is not None else None
+
+    def set_tensor_data(self, var, value):
+        """``var.data = value`` on a graph input (made by the graph, tensor.py). Each assignment
+        is a new record, so that a comparison of the records before and after sees it; it holds
+        the version of the input's new fake tensor, see values()."""
+        key = ("data", var.source.name())
+        self._effects.pop(key, None)
+        self._effects[key] = ("data", var, value, var.example_value, var.example_value._version)
+
+    def tensor_data_set(self, var):
+        return ("data", var.source.name()) in self._effects
+
     def record_call(self, call):
         """A call whose only effect is outside the program's values (logging, warnings; see
         variables/deferred.py): replayed once, in order with the other effects."""
@@ -102,7 +131,9 @@ class SideEffects:
                 out.append(effect[1])
             elif effect[0] == "objattr":
                 out.extend(v for v in [_object_attr(effect)] if v is not None)
-            else:
+            elif effect[0] == "data":
+                _check_data_unchanged(effect)
+            else:  # for "tattr" the value only: the tensor is an output if it outlives the graph
                 out.append(effect[2])
         return out
 
@@ -110,6 +141,8 @@ class SideEffects:
         """Build every new value into a temporary; returns what ``codegen_apply`` needs."""
         saved = []
         for effect in self._effects.values():
+            if effect[0] == "data" or effect[0] == "tattr" and not _tensor_outputs(cg, effect[1]):
+                continue
             temp = cg.new_temp()
             if effect[0] == "contents":
                 _build_contents(cg, effect[1])
@@ -133,6 +166,11 @@ class SideEffects:
                 cg.load_local(temp)
                 effect[1].source.reconstruct(cg)
                 cg.append(bu.create_instruction("STORE_ATTR", effect[3]))
+            elif kind == "tattr":
+                for tensor in _tensor_outputs(cg, effect[1]):
+                    cg.load_local(temp)
+                    cg(tensor)
+                    cg.append(bu.create_instruction("STORE_ATTR", effect[3]))
             elif kind == "objattr":
                 _replay_object_attr(cg, effect, temp)
             elif kind == "cell":
@@ -186,6 +224,28 @@ def _replay_contents(cg, var, temp):
         cg.load_local(temp)
         cg.append_call(3)
         cg.append_pop_top()
+
+
+def _check_data_unchanged(effect):
+    """After ``p.data = t`` in the graph, nothing may change p's new memory in place:
+    AOTAutograd refuses set_() on an input that has other changes (outside no_grad), so the
+    graph would not compile. Found as the trace ends (a change may come through any alias):
+    the frame then runs eagerly."""
+    _, var, _, fake, version = effect
+    if fake._version != version:
+        exc = Unsupported(f"Tensor.data of {var.source.name()} was assigned, then changed in place in "
+                          "the same graph (AOTAutograd cannot compile that set_())",
+                          "change the new tensor before assigning it to .data")
+        exc.whole_frame = True
+        raise exc
+
+
+def _tensor_outputs(cg, var):
+    """Trackers of the graph outputs that are the tensor ``var`` is: the nodes giving its fake
+    tensor (one object in eager; a backend may return one object per node)."""
+    from .variables.tensor import TensorVariable
+    return [TensorVariable(node, var.example_value) for node in cg.graph_outputs
+            if node.meta.get("example_value") is var.example_value]
 
 
 def _object_attr(effect):

@@ -82,7 +82,10 @@ def aot_eager(gm, example_inputs):
     def nop(graph_module, inputs):
         return graph_module.forward
 
-    return aot_module_simplified(gm, example_inputs, fw_compiler=nop, bw_compiler=nop)
+    # input mutations under no_grad stay in the graph, as torch's aot_eager keeps them: AOTAutograd
+    # refuses set_() on an input otherwise (``p.data = t``, variables/tensor.py)
+    return aot_module_simplified(gm, example_inputs, fw_compiler=nop, bw_compiler=nop,
+                                 keep_inference_input_mutations=True)
 
 
 @register_backend(name="inductor")

@@ -212,7 +212,7 @@ _TABLE = [
     (lambda v: isinstance(v, type) and issubclass(v, BaseException), _identity(ExceptionClassVariable)),
     (lambda v: isinstance(v, type), _identity(UserDefinedClassVariable)),
     (is_base_method, _identity(lambda v, src: BuiltinMethodVariable(v, None, src))),
-    (lambda v: isinstance(v, types.BuiltinMethodType) and _is_immutable_constant(v.__self__),
+    (lambda v: isinstance(v, types.BuiltinMethodType) and v.__self__ is not None and _is_immutable_constant(v.__self__),
      _identity(lambda v, src: GetAttrVariable(wrap_constant(v.__self__), v.__name__, src))),
     (lambda v: True, _object),
 ]

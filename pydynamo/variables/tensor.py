@@ -15,7 +15,9 @@ every later call that reuses the entry:
   functions whose every tensor read is pinned (``_check_fold``).
 
 Everything that computes on the data becomes a graph node; anything that needs the data itself
-(``item()``, ``if x.sum():``) raises Unsupported.
+(``item()``, ``if x.sum():``) raises Unsupported. ``x.data`` and ``p.data = t`` are graph nodes
+too (``_data_alias``, ``_set_data``); Python attributes (``y.tag = 5``) live in the trace and are
+replayed on the real tensors after the graph (side_effects.py).
 """
 import contextlib
 import operator
@@ -111,11 +113,15 @@ class TensorVariable(VariableTracker):
     def _user_attr(self, tx, name):
         """A Python attribute stored on a graph input (or stored by the trace), guarded present
         (its value's own guards) or absent (NOT_PRESENT). A tensor computed by the graph is a new
-        object that has none (an op that returns its input, ``x.add_(1)``, ``x.contiguous()``,
-        returns the input's own fake tensor, so _input_entry finds the input)."""
+        object that has only those the trace stored on it (an op that returns its input,
+        ``x.add_(1)``, ``x.contiguous()``, returns the input's own fake tensor, so _input_entry
+        finds the input)."""
         from .descriptors import missing
         entry = self._input_entry(tx)
         if entry is None:
+            stored = tx.output.side_effects.load_tensor_attr(self, name)
+            if stored is not None:
+                return stored
             raise missing(tx, self.python_cls, name)
         source, real, var = entry
         stored = tx.output.side_effects.load_attr(var, name)
@@ -129,14 +135,89 @@ class TensorVariable(VariableTracker):
         return wrap_value(tx, real.__dict__[name], attr)
 
     def store_attr(self, tx, name, value):
-        """``x.name = value`` for an attribute torch.Tensor does not define, on a graph input:
-        later reads in the trace see it, and it is replayed after the graph."""
+        """``x.name = value`` for an attribute torch.Tensor does not define: later reads in the
+        trace see it; it is replayed after the graph on a graph input, and on a tensor the graph
+        computes if the graph returns that tensor (else no one can see it). ``x.data = t``:
+        _set_data."""
+        if name == "data":
+            return self._set_data(tx, value)
         if not self._is_user_attr(name):
             raise Unsupported(f"assignment to Tensor.{name} while tracing")
         entry = self._input_entry(tx)
         if entry is None:
-            raise Unsupported(f"assignment to attribute {name!r} of a tensor computed in the graph")
-        tx.output.side_effects.store_attr(entry[2], name, value)
+            tx.output.side_effects.store_tensor_attr(self, name, value)
+        else:
+            tx.output.side_effects.store_attr(entry[2], name, value)
+
+    def _data_alias(self, tx):
+        """``x.data``: a new tensor on x's memory that autograd does not see; in the graph
+        ``_get_data_attr``, what eager's getter runs. Its fake tensor shares x's version counter,
+        which the real one does not: a change made through it counts as a change of x for the
+        checks that read version counters (conservative; _set_data needs it)."""
+        out = tx.output
+        with out.fake_mode:
+            fake = self.example_value.detach()
+        node = out.graph.call_function(torch._C._autograd._get_data_attr, (self.node,))
+        node.meta["example_value"] = fake
+        return TensorVariable(node, fake)
+
+    def _set_data(self, tx, value):
+        """``p.data = t`` on a graph input: p keeps its identity and autograd metadata
+        (requires_grad, grad, hooks, version counter) and takes t's memory, sizes and strides.
+        The graph does it as torch.compile does: ``p.set_(t)`` under no_grad (AOTAutograd knows
+        set_ on an input), then takes back the version bump that set_ makes and eager's setter
+        does not (a tensor saved for backward would fail its check). The trace then sees p
+        through a new fake tensor on t's memory, sharing t's version counter (a change through p
+        is a change of t); the input's own fake tensor stays as read (the placeholder, guards and
+        a backend re-reading the input describe p as passed).
+
+        Refused where a backend would differ from eager: p already used by the graph (an op may
+        have saved it for backward: eager's backward reads the new data, AOTAutograd's the old)
+        or changed through an alias (AOTAutograd drops that change), another dtype or device
+        (set_ refuses it), inference tensors, p read by two paths, p computed in the graph."""
+        from .ctx import set_grad_mode
+        entry = self._input_entry(tx)
+        if entry is None:
+            raise Unsupported("assignment to Tensor.data of a tensor computed in the graph")
+        if not isinstance(value, TensorVariable) or not issubclass(value.python_type(), torch.Tensor):
+            raise Unsupported(f"TypeError: assignment of {value} to Tensor.data (not a tensor)")
+        source, real, var = entry
+        out = tx.output
+        old, new, orig = var.example_value, value.example_value, var.node.meta["example_value"]
+        what = f"assignment to Tensor.data of {source.name()}"
+        if (new.dtype, new.device, new.layout) != (old.dtype, old.device, old.layout):
+            raise Unsupported(f"{what}: a tensor of another dtype, device or layout (not modelled)")
+        if torch.is_inference_mode_enabled() or orig.is_inference() or new.is_inference():
+            raise Unsupported(f"{what} in inference mode or with an inference tensor (not modelled)")
+        if old.requires_grad and [_expr(s) for s in old.size()] != [_expr(s) for s in new.size()]:
+            raise Unsupported(f"{what}: a tensor of other sizes, for a tensor that requires grad "
+                              "(AOTAutograd fails on its gradient)")
+        used = [n for n in var.node.users if not (n.target is torch._C._autograd._get_data_attr or (
+            n.target is torch.Tensor.set_ or n.target is _undo_version_bump) and n.args[0] is var.node)]
+        if used:
+            raise Unsupported(f"{what} after the graph used it ({used[0].name}): an op may have saved "
+                              "it for backward, which reads the new data in eager, the old in AOTAutograd")
+        first = not out.side_effects.tensor_data_set(var)
+        if first and orig._version != 0:
+            raise Unsupported(f"{what} after the graph changed it in place (through .data or a "
+                              "view): AOTAutograd would drop that change")
+        if any(r is real and v is not var for _, r, v in out.inputs.values()):
+            raise Unsupported(f"{what}: the frame reads that tensor by another path too")
+        grad = torch.is_grad_enabled()
+        if grad:
+            set_grad_mode(tx, False)
+        node = out.graph.call_function(torch.Tensor.set_, (var.node, value.node))
+        if grad:
+            set_grad_mode(tx, True)
+        out.graph.call_function(_undo_version_bump, (var.node,))
+        with out.fake_mode:
+            fake = new.detach()
+        fake.requires_grad_(old.requires_grad)
+        node.meta["example_value"] = fake
+        if first:  # the input counts as changed (the checks of which inputs alias read it)
+            torch._C._autograd._unsafe_set_version_counter((orig,), (orig._version + 1,))
+        var.example_value = fake
+        out.side_effects.set_tensor_data(var, value)
 
     def var_getattr(self, tx, name):
         if name == "shape":
@@ -151,7 +232,9 @@ class TensorVariable(VariableTracker):
             from .builder import wrap_value  # a graph input's gradient: an input itself (or None), guarded
             source, real, _ = self._input_entry(tx)
             return wrap_value(tx, real.grad, AttrSource(source, "grad"))
-        if name in ("grad", "data", "grad_fn", "_version"):
+        if name == "data":
+            return self._data_alias(tx)
+        if name in ("grad", "grad_fn", "_version"):
             raise Unsupported(f"Tensor.{name} while tracing")
         if callable(getattr(torch.Tensor, name, None)):
             return GetAttrVariable(self, name)
@@ -185,9 +268,9 @@ class TensorVariable(VariableTracker):
             return self.size_variable(tx).items[0]
         if name in _CONSTANT_METHODS:
             value = self._call_fake(name, args, kwargs)
-            if name == "is_inference" and self._as_input(tx) is None:
+            if name == "is_inference" and self._input_as_read(tx) is None:
                 _guard_inference_mode(tx)
-            if name == "stride" and self._as_input(tx) is None and \
+            if name == "stride" and self._input_as_read(tx) is None and \
                     any(s == 1 for s in self.example_value.size() if not _has_symbols(s)):
                 # the stride of a size-1 dimension is free: fake tensors do not always pick the
                 # one eager's TensorIterator picks, so it is not known before the graph runs
@@ -263,12 +346,18 @@ class TensorVariable(VariableTracker):
         input and went through the same ops, says (pinned and shared: the real input's; fake
         tensors have no memory). Of a value computed in the graph: is_leaf and _is_view are what
         the graph's ops make them; storage_offset() depends on the offsets of the inputs whose
-        storage it shares (guarded); pinned and shared memory are refused."""
+        storage it shares (guarded); pinned and shared memory are refused. An input whose .data
+        the trace assigned keeps its is_leaf and _is_view (autograd metadata), the rest is that
+        of a computed value."""
         fake = self.example_value
         if name == "storage_offset" and _has_symbols(fake.storage_offset()):
             # a symbolic input's offset: the graph computes it, the SHAPE_ENV check guards it
             return tx.output.call_graph(tx, "call_method", name, (self,), {})
-        found = self._as_input(tx)
+        entry = self._input_entry(tx)
+        if entry is not None and name in ("is_leaf", "_is_view"):
+            found, fake = entry[:2], entry[2].node.meta["example_value"]
+        else:
+            found = self._input_as_read(tx)
         if found is not None:
             source, real = found
             if name in ("is_pinned", "is_shared"):
@@ -290,6 +379,15 @@ class TensorVariable(VariableTracker):
         fake tensor (``x.add_(1)`` returns ``x``); None for a value computed in the graph."""
         entry = self._input_entry(tx)
         return entry[:2] if entry is not None else None
+
+    def _input_as_read(self, tx):
+        """(source, real tensor) as _as_input, while the input's memory and layout are still the
+        ones it had at the call (no ``.data =`` since): facts about them are read off the real
+        input. None otherwise."""
+        entry = self._input_entry(tx)
+        if entry is None or entry[2].node.meta["example_value"] is not entry[2].example_value:
+            return None
+        return entry[:2]
 
     def _input_entry(self, tx):
         """(source, real tensor, tracker) of the graph input this tensor is, as _as_input."""
@@ -319,6 +417,16 @@ class TensorVariable(VariableTracker):
     def _repr_value(self):
         ev = self.example_value
         return f"{self.node.name}: {ev.dtype} {list(ev.shape)}"
+
+
+def _expr(size):
+    """A size as an int or a sympy expression (compared without guarding anything)."""
+    return size.node.expr if isinstance(size, torch.SymInt) else size
+
+
+def _undo_version_bump(t):
+    """Graph op after the ``set_`` that models ``t.data = ...`` (TensorVariable._set_data)."""
+    torch._C._autograd._unsafe_set_version_counter((t,), (t._version - 1,))
 
 
 def _constant_args(name, args, kwargs):
