@@ -18,7 +18,7 @@ from torch._subclasses.fake_tensor import (DataDependentOutputException,
                                            UnsupportedOperatorException)
 
 from . import bytecode_utils as bu
-from . import logs
+from . import dump_src, logs
 from .codegen import GRAPH_OUT, PyCodegen
 from .exc import BackendCompilerFailed, Unsupported
 from .guards import GuardBuilder
@@ -217,6 +217,8 @@ class OutputGraph:
             if bu.is_instr(inst) and inst.lineno is None and lineno is not None:
                 inst.lineno = lineno
         self.new_code = bu.assemble(self.code, cg.instructions)
+        if dump_src.dumper is not None:  # pydynamo.debug.dump_src: the code runs from the dumped file
+            self.new_code = dump_src.dumper.on_output(self)
         _log_output(self)
         return self.new_code
 
