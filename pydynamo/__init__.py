@@ -63,6 +63,6 @@ def _clear_shape_env_caches():
 
 
 __all__ = ["optimize", "compile", "disable", "assume_constant_result", "reset", "explain", "ExplainOutput", "run", "run_only",
-           "list_backends", "register_backend", "OptimizedModule", "config", "mark_dynamic", "mark_static",
+           "list_backends", "lookup_backend", "register_backend", "OptimizedModule", "config", "mark_dynamic", "mark_static",
            "maybe_mark_dynamic", "mark_static_address", "graph_break", "allow_in_graph", "disallow_in_graph",
            "is_compiling", "export", "exported_program", "ExportResult"]
