@@ -3,6 +3,8 @@
     python tools/bench_models.py [--models resnet,gpt,bert] [--modes infer,train] [--iters 20]
     python tools/bench_models.py --models hf-gpt2,hf-bert,hf-llama   # transformers models
     python tools/bench_models.py --backend triton    # pydynamo with its bundled Triton backend
+    python tools/bench_models.py --models tv-resnet50 --modes infer --dtype bf16 --channels-last
+    python tools/bench_models.py --models tv-vit,timm-effnet,hf-gpt2 --dtype bf16  # bf16 (autocast in training)
 
 For each model and mode it prints the step time of each system (CUDA events; the systems are
 timed in turns: 10 rounds, each the mean of iters/10 steps run back to back as a training or
@@ -68,14 +70,16 @@ def _first_tensor(out):
     return out if isinstance(out, torch.Tensor) else out[0]  # a transformers ModelOutput: its first tensor
 
 
-def _first_result(fn, model, inputs, mode):
+def _first_result(fn, model, inputs, mode, amp=None):
     """The first call (it compiles), from one RNG seed: the output (inference), or the loss and
     every parameter's gradient (training; no optimizer step)."""
+    import contextlib
     torch.manual_seed(1)
     if mode == "infer":
         with torch.no_grad():
             return [_first_tensor(fn(*inputs)).float()]
-    loss = _first_tensor(fn(*inputs)).float().pow(2).mean()
+    with (amp or contextlib.nullcontext)():
+        loss = _first_tensor(fn(*inputs)).float().pow(2).mean()
     loss.backward()
     result = [loss.detach()] + [p.grad.detach().clone() for p in model.parameters() if p.grad is not None]
     model.zero_grad(set_to_none=True)
@@ -101,7 +105,28 @@ def _peak_mb(step, device):
     return (torch.cuda.max_memory_allocated() - base) / 2 ** 20
 
 
-def _make_step(fn, model, inputs, mode):
+def _prepare(model, inputs, mode, dtype, channels_last):
+    """The model and inputs in the run's layout and precision: channels-last images; bf16
+    weights and inputs for inference (bf16 training runs under autocast, see _make_step)."""
+    if channels_last:
+        model = model.to(memory_format=torch.channels_last)
+        inputs = tuple(i.contiguous(memory_format=torch.channels_last) if i.dim() == 4 else i for i in inputs)
+    if dtype == "bf16" and mode == "infer":
+        model = model.to(torch.bfloat16)
+        inputs = tuple(i.to(torch.bfloat16) if i.is_floating_point() else i for i in inputs)
+    return model, inputs
+
+
+def _autocast(dtype, mode, device):
+    import contextlib
+    if dtype == "bf16" and mode == "train":
+        return torch.autocast(device, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def _make_step(fn, model, inputs, mode, amp=None):
+    import contextlib
+    amp = amp or contextlib.nullcontext
     if mode == "infer":
         def step():
             with torch.no_grad():
@@ -111,7 +136,8 @@ def _make_step(fn, model, inputs, mode):
     opt = torch.optim.SGD(params, lr=1e-4)
 
     def step():
-        loss = _first_tensor(fn(*inputs)).float().pow(2).mean()
+        with amp():
+            loss = _first_tensor(fn(*inputs)).float().pow(2).mean()
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -119,7 +145,7 @@ def _make_step(fn, model, inputs, mode):
     return step
 
 
-def bench(name, mode, device, size, iters, rounds=10, backend="inductor"):
+def bench(name, mode, device, size, iters, rounds=10, backend="inductor", dtype="fp32", channels_last=False):
     """All three systems built first, then timed in turns (`rounds` rounds of iters/rounds steps
     each), so drifts in clocks or load hit all alike. Each system gets its own copy of the model
     with the same weights."""
@@ -130,7 +156,9 @@ def bench(name, mode, device, size, iters, rounds=10, backend="inductor"):
     for system in ("eager", "torch.compile", "pydynamo"):
         torch.manual_seed(0)
         model, inputs = models.make(name, size, device)
+        model, inputs = _prepare(model, inputs, mode, dtype, channels_last)
         model.train(mode == "train")
+        amp = lambda: _autocast(dtype, mode, device)  # noqa: E731
         counter = None
         if system == "eager":
             fn = model
@@ -141,9 +169,9 @@ def bench(name, mode, device, size, iters, rounds=10, backend="inductor"):
         else:
             counter = Counting(pydynamo.lookup_backend(backend))
             fn = pydynamo.compile(model, backend=counter)
-        step = _make_step(fn, model, inputs, mode)
+        step = _make_step(fn, model, inputs, mode, amp)
         t0 = time.perf_counter()
-        results[system] = _first_result(fn, model, inputs, mode)
+        results[system] = _first_result(fn, model, inputs, mode, amp)
         _sync(device)
         first[system] = time.perf_counter() - t0
         for _ in range(3):
@@ -167,6 +195,9 @@ def main():
     p.add_argument("--modes", default="infer,train")
     p.add_argument("--iters", type=int, default=60)
     p.add_argument("--backend", default="inductor", help="pydynamo's backend (torch.compile's is inductor)")
+    p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"],
+                   help="bf16: bf16 weights and inputs for inference, autocast to bf16 for training")
+    p.add_argument("--channels-last", action="store_true", help="images and convolution weights channels-last")
     a = p.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     size = "bench" if device == "cuda" else "small"
@@ -174,15 +205,17 @@ def main():
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
     print(f"device: {torch.cuda.get_device_name() if device == 'cuda' else 'cpu (smoke run, small models)'}; "
-          f"torch {torch.__version__}; python {sys.version.split()[0]}; pydynamo backend: {a.backend}")
+          f"torch {torch.__version__}; python {sys.version.split()[0]}; pydynamo backend: {a.backend}; "
+          f"{a.dtype}{', channels-last' if a.channels_last else ''}")
     print(f"{'model':<9}{'mode':<6}{'eager ms':>10}{'torch ms':>10}{'ours ms':>10}{'ours/torch':>12}"
-          f"{'graphs t/o':>12}{'1st call t/o s':>17}{'spread t/o':>13}{'rel err t/o':>20}{'peak MB t/o':>15}")
+          f"{'graphs t/o':>12}{'1st call t/o s':>18}{'spread t/o':>16}{'rel err t/o':>20}{'peak MB t/o':>15}")
     for name in a.models.split(","):
         for mode in a.modes.split(","):
-            r, paired = bench(name, mode, device, size, a.iters, backend=a.backend)
+            r, paired = bench(name, mode, device, size, a.iters, backend=a.backend, dtype=a.dtype,
+                              channels_last=a.channels_last)
             e, (t, tf, tg, ts, te, tm), (o, of, og, os_, oe, om) = r["eager"][0], r["torch.compile"], r["pydynamo"]
             print(f"{name:<9}{mode:<6}{e:>10.3f}{t:>10.3f}{o:>10.3f}{paired:>12.3f}{f'{tg}/{og}':>12}"
-                  f"{f'{tf:.1f}/{of:.1f}':>17}{f'{ts:.1%}/{os_:.1%}':>13}{f'{te:.1e}/{oe:.1e}':>20}"
+                  f"{f'{tf:.1f}/{of:.1f}':>18}{f'{ts:.1%}/{os_:.1%}':>16}{f'{te:.1e}/{oe:.1e}':>20}"
                   f"{f'{tm:.0f}/{om:.0f}':>15}", flush=True)
 
 

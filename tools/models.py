@@ -128,7 +128,8 @@ class BERT(nn.Module):
 
 
 def make(name, size="small", device="cpu"):
-    """(model, example inputs) for `name` in resnet, gpt, gpt-ckpt, bert, hf-gpt2, hf-bert, hf-llama; size "small"
+    """(model, example inputs) for `name` in resnet, gpt, gpt-ckpt, bert, hf-gpt2, hf-bert, hf-llama, tv-resnet50,
+    tv-vit, timm-effnet; size "small"
     for CPU tests, "bench" for GPU benchmarks."""
     small = size == "small"
     g = torch.Generator().manual_seed(0)
@@ -148,9 +149,29 @@ def make(name, size="small", device="cpu"):
         inputs = (torch.randint(0, 64 if small else 8192, (b, t), generator=g), mask)
     elif name.startswith("hf-"):
         model, inputs = _transformers_model(name[3:], small, g)
+    elif name in ("tv-resnet50", "tv-vit", "timm-effnet"):
+        model, inputs = _vision_model(name, small, g)
     else:
         raise ValueError(f"unknown model {name!r}")
     return model.to(device), tuple(i.to(device) for i in inputs)
+
+
+def _vision_model(name, small, g):
+    """torchvision ResNet-50 and ViT-B/16, timm EfficientNet-B0 (random weights; batch 64 of
+    224 x 224 images for the benchmark, 2 for small). Small keeps the architectures (their ops are
+    what matters on the CPU) at a smaller image size where the model allows it."""
+    b = 2 if small else 64
+    if name == "tv-resnet50":
+        import torchvision
+        model, hw = torchvision.models.resnet50(), 64 if small else 224
+    elif name == "tv-vit":
+        import torchvision
+        model, hw = torchvision.models.vit_b_16(), 224  # the patch embedding fixes the image size
+        b = 1 if small else b
+    else:
+        import timm
+        model, hw = timm.create_model("efficientnet_b0", pretrained=False), 64 if small else 224
+    return model, (torch.randn(b, 3, hw, hw, generator=g),)
 
 
 def _transformers_model(name, small, g):
