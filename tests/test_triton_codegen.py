@@ -59,6 +59,20 @@ def test_pointwise_chain_is_one_kernel(sources):
     assert "xindex" in src and "tl.erf" in src
 
 
+def test_channels_last_pointwise_walks_memory_in_order(sources):
+    """A pointwise kernel storing a channels-last tensor iterates in its memory order (channels
+    innermost): one flat index for inputs and output in the same layout, no strided accesses."""
+    cl = torch.channels_last
+    a, b = r(2, 8, 4, 4).contiguous(memory_format=cl), r(2, 8, 4, 4).contiguous(memory_format=cl)
+    out = check(lambda a, b: torch.relu(a * 2 + 1) + b, a, b)
+    assert out.is_contiguous(memory_format=cl)
+    (src,) = sources()
+    assert kernels(src) == 1
+    loads = re.findall(r"tl\.load\(in_ptr\d \+ \(([^)]*)\)", src)
+    assert loads and all(i == "x0" for i in loads), loads
+    assert re.search(r"tl\.store\(out_ptr0 \+ \(x0\)", src)
+
+
 @pytest.mark.parametrize("name", ["exp", "log", "tanh", "sigmoid", "erf", "rsqrt", "sqrt", "abs", "neg",
                                   "relu", "sin", "cos", "floor", "ceil", "reciprocal", "exp2", "log1p", "expm1"])
 def test_unary(name):

@@ -30,10 +30,16 @@ class NotFusable(Exception):
 class Space:
     """An iteration space: ``xsizes``/``rsizes`` are (dim, size) pairs of the loop variables."""
 
-    def __init__(self, shape, dims=None):
+    def __init__(self, shape, dims=None, stride=None):
         self.shape, self.dims = tuple(shape), (None if dims is None else tuple(dims))
         dims = self.dims or ()
         self.xsizes = [(d, s) for d, s in enumerate(self.shape) if d not in dims]
+        if stride is not None and self.dims is None:
+            # a pointwise kernel walks its elements in the memory order of what it stores (a
+            # channels-last output: channels innermost), so neighbouring threads touch neighbouring
+            # addresses; ties (size-1 dims) keep the logical order
+            order = sorted(range(len(self.shape)), key=lambda d: (-stride[d], d))
+            self.xsizes = [(d, self.shape[d]) for d in order]
         self.rsizes = [(d, s) for d, s in enumerate(self.shape) if d in dims]
         self.is_row = self.dims is not None
         self.xnumel = math.prod(s for _, s in self.xsizes)
@@ -203,7 +209,7 @@ def schedule(items, inputs=()):
                 break
             else:
                 g = Group(Space(it.body.in_shape, it.body.dims) if isinstance(it.body, Reduction)
-                          else Space(it.shape))
+                          else Space(it.shape, stride=it.stride))
                 g.available = set(available)
                 g.try_add(it, g.available)
                 seq.append(g)
