@@ -385,9 +385,23 @@ def test_pooling_gradients_gather_from_their_windows(sources, kernel, stride, pa
     assert all(kernels(s) == 1 for s in sources())
 
 
+@pytest.mark.parametrize("kernel, stride, padding, dilation, ceil_mode", [
+    (3, 1, 1, 2, False), (2, 1, 0, 2, False), (3, 2, 1, 2, True), (4, 3, 2, 2, True), ((2, 3), (2, 1), (1, 1), (3, 2), False)])
+def test_dilated_max_pool2d_gradient(sources, kernel, stride, padding, dilation, ceil_mode):
+    """A dilated max-pool's backward: each input position gathers from the window of each
+    kernel element j that starts j * dilation before it, when one starts there."""
+    aten = torch.ops.aten
+    ks, st, pd, dl = ([v, v] if isinstance(v, int) else list(v) for v in (kernel, stride, padding, dilation))
+    x = torch.randint(-2, 3, (2, 3, 10, 11)).float()
+    _, idx = F.max_pool2d(x, kernel, stride, padding, dilation, ceil_mode=ceil_mode, return_indices=True)
+    g = r(*idx.shape)
+    check(lambda g, x, i: aten.max_pool2d_with_indices_backward(g, x, ks, st, pd, dl, ceil_mode, i), g, x, idx)
+    assert all("_backward" not in s[s.index("def call("):] for s in sources())
+
+
 def test_pooling_gradients_of_a_small_cnn():
-    """A conv, max-pool, conv, avg-pool network's input and weight gradients match eager; a
-    dilated max-pool's backward is left to ATen."""
+    """A conv, max-pool, conv, avg-pool, dilated max-pool network's input and weight gradients
+    match eager."""
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(3, 2, 1),
                               torch.nn.Conv2d(4, 4, 3, padding=1), torch.nn.AvgPool2d(2, ceil_mode=True),
@@ -575,16 +589,16 @@ def test_kernels_compile_for_a_gpu_without_one(sources):
 
 def test_fallback_writes_in_place_only_into_dead_buffers(sources):
     """index_put on a buffer read again later must copy it first (out of place); on a buffer
-    with no later use it runs in place."""
-    idx = torch.tensor([0, 2, 2])
+    with no later use it runs in place. (Two index tensors: an index_put ATen runs.)"""
+    idx, cols = torch.tensor([0, 2, 2]), torch.tensor([1, 1, 3])
 
     def later_use(x):
         z = torch.ones(6, 4) * x.sum()
-        return torch.index_put(z, (idx,), x[:3], accumulate=True) + z
+        return torch.index_put(z, (idx, cols), x[:3, 0], accumulate=True) + z
 
     def dead(x):
         z = torch.ones(6, 4) * x.sum()
-        return torch.index_put(z, (idx,), x[:3], accumulate=True) * 2
+        return torch.index_put(z, (idx, cols), x[:3, 0], accumulate=True) * 2
     check(later_use, r(6, 4), atol=1e-5, rtol=1e-5)
     check(dead, r(6, 4), atol=1e-5, rtol=1e-5)
     first, second = sources()

@@ -94,6 +94,17 @@ CASES = {
  "flip": lambda x: x.flip(0) + x.flip(1) * 2 + x.flip(0, 1).sum(0),
  "pad": lambda x: F.pad(x, (1, 2)) + 1 + F.pad(x, (0, 0, 2, 1), value=-3.5).sum() + F.pad(x, (-1, -2)).sum(),
  "one_hot": lambda x: F.one_hot(torch.tensor([0, 5, 2, 3]), 6).float() * x,
+ "any_all": lambda x: ((x > 0).any(-1), (x > 2).any(), x.all(0, keepdim=True), (x > -1).all(), i.any(1),
+                       torch.ops.aten.any.dims(x * 0, [0, 1]), x.float().nan_to_num().log().any(1)),
+ "index_put_acc": lambda x: (torch.index_put(x * 2, (torch.tensor([0, 2, 2, -1]),), x[:4] + 1, accumulate=True),
+                             torch.index_put(x, (torch.tensor([1, 1, 3]),), torch.ones(6), accumulate=True),
+                             torch.ops.aten.index_put(x, [None, torch.tensor([[5, 5], [0, 5]])], x[:, :4].view(4, 2, 2), True)),
+ "index_put_acc_int": lambda x: torch.index_put(i, (torch.tensor([1, 1]),), i[:2] * 3, accumulate=True),
+ "index_put": lambda x: torch.index_put(x, (torch.tensor([2, 0]),), x[1:3] * 3) + torch.index_put(x, (torch.tensor([-1]),), b),
+ "scatter_add_2d": lambda x: (x.scatter_add(0, torch.tensor([[0, 1, 1, 0, 3, 3], [0, 0, 0, 0, 3, 3]]), x[2:4] * 2),
+                              torch.zeros(4, 3).scatter_add(1, torch.tensor([[0, 0], [2, 2], [1, 0], [2, 1]]), x[:, :3])),
+ "empty_results": lambda x: (x[:0] * 2, torch.cat([torch.tensor([]), x.view(-1)]) + 1, x[:, :0].exp()),
+ "sort_topk": lambda x: (torch.sort(x, 1)[0] * 2, torch.topk(x, 2).values + 1, torch.topk(x, 2, dim=0).indices),
 }
 
 

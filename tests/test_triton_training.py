@@ -229,13 +229,137 @@ def test_benchmark_models_through_the_hook(name):
     pydynamo.reset()
 
 
-def test_embedding_gradient_accumulates_in_place(caplog):
-    """The embedding gradient is zeros plus index_put(accumulate): the wrapper runs index_put_
-    on the zeros it just made (dead afterwards) instead of copying them first. Repeated
-    indices accumulate as in eager (through index_add_'s atomic adds)."""
+def generated(caplog):
+    return [r.args[1] for r in caplog.records if r.name == "pydynamo.output_code"]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_embedding_gradient_is_a_scatter_kernel(caplog, dtype):
+    """The embedding gradient (zeros, index_put(accumulate=True)) is a kernel of atomic adds into
+    the zeros a kernel just wrote, not an ATen call; repeated and negative-free indices
+    accumulate as in eager (bfloat16 through a float32 buffer)."""
     caplog.set_level(logging.INFO, logger="pydynamo.output_code")
-    emb = nn.Embedding(10, 8)
+    emb = nn.Embedding(10, 8).to(dtype)
     idx = torch.tensor([[1, 3, 3, 9], [0, 1, 1, 1]])
-    train_step_matches(emb, [idx])
-    srcs = [r.args[1] for r in caplog.records if r.name == "pydynamo.output_code"]
-    assert any("index_put_accumulate(" in s and ", True)  # in place" in s for s in srcs), srcs[-1]
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    train_step_matches(emb, [idx], atol=tol, rtol=tol)
+    bw = generated(caplog)[-1]
+    assert "tl.atomic_add(" in bw and "index_put_accumulate(" not in bw.split("def make(")[1], bw
+
+
+def test_embedding_gradient_deterministic_mode_keeps_aten(caplog):
+    """Atomic adds meet in any order: under torch.use_deterministic_algorithms the gradient is
+    ATen's index_put."""
+    caplog.set_level(logging.INFO, logger="pydynamo.output_code")
+    prev = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        train_step_matches(nn.Embedding(10, 8), [torch.tensor([[1, 3, 3, 9]])])
+    finally:
+        torch.use_deterministic_algorithms(prev)
+    bw = generated(caplog)[-1]
+    assert "tl.atomic_add(" not in bw and "index_put_accumulate(" in bw
+
+
+def test_index_put_accumulate_into_an_input():
+    """``x.index_put_((idx,), v, accumulate=True)`` on a graph input (functionalized: a scatter
+    into a copy, copied back) and on an intermediate, with repeated indices."""
+    import pydynamo
+
+    def f(x, v, idx):
+        x.index_put_((idx,), v, accumulate=True)
+        y = x * 2
+        y.index_put_((idx[:2],), v[:2] + 1, accumulate=True)
+        return y
+    x, v, idx = torch.randn(6, 3), torch.randn(5, 3), torch.tensor([4, 4, 0, 5, 4])
+    pydynamo.reset()
+    x1 = x.clone()
+    got = pydynamo.optimize("triton", fullgraph=True)(f)(x1, v, idx)
+    x2 = x.clone()
+    torch.testing.assert_close(got, f(x2, v, idx))
+    torch.testing.assert_close(x1, x2)
+    pydynamo.reset()
+
+
+def dropout_step(fn, x, seed=None):
+    """fn's output on x and x's gradient from the sum of it, compiled; under manual_seed(seed)."""
+    import pydynamo
+    x = x.detach().clone().requires_grad_(True)
+    if seed is not None:
+        torch.manual_seed(seed)
+    out = pydynamo.optimize("triton", fullgraph=True)(fn)(x)
+    out.sum().backward()
+    return out.detach(), x.grad
+
+
+@pytest.mark.parametrize("p", [0.1, 0.5])
+def test_dropout_in_the_kernel(caplog, p):
+    """native_dropout is computed in the kernel (no ATen call): about 1 - p of the elements
+    kept, each scaled by 1 / (1 - p); the gradient is mask / (1 - p) exactly where the forward
+    kept; two dropouts of one graph draw different masks."""
+    import pydynamo
+    caplog.set_level(logging.INFO, logger="pydynamo.output_code")
+    pydynamo.reset()
+    x = torch.randn(128, 256) + 5  # never 0: an output of 0 means dropped
+    out, grad = dropout_step(lambda x: torch.stack([F.dropout(x, p), F.dropout(x * 1, p)]), x)
+    kept = out != 0
+    assert abs(kept.float().mean().item() - (1 - p)) < 0.01
+    torch.testing.assert_close(out[kept], (torch.stack([x, x]) * (1.0 / (1 - p)))[kept], atol=0, rtol=1e-6)
+    scale = torch.tensor(1.0 / (1 - p))
+    assert torch.equal(grad, (kept[0] * scale) + (kept[1] * scale))
+    assert (kept[0] != kept[1]).float().mean() > 0.05
+    srcs = generated(caplog)
+    assert any("rand_uniform(" in s.split("def make(")[0] for s in srcs)
+    assert all("aten.native_dropout" not in s for s in srcs)
+    pydynamo.reset()
+
+
+def test_dropout_reproducible_under_manual_seed():
+    """The seeds come from torch's generator at each call: the same seed gives the same mask,
+    the next call a new one."""
+    import pydynamo
+    pydynamo.reset()
+    fn = lambda x: F.dropout(x * 2, 0.3)  # noqa: E731
+    x = torch.randn(64, 40)
+    a, ga = dropout_step(fn, x, seed=7)
+    b, gb = dropout_step(fn, x, seed=7)
+    c, _ = dropout_step(fn, x)
+    assert torch.equal(a, b) and torch.equal(ga, gb)
+    assert not torch.equal(a, c)
+    pydynamo.reset()
+
+
+@pytest.mark.parametrize("p", [0.0, 1.0])
+def test_dropout_edge_probabilities(p):
+    """p = 0 keeps everything (x, gradient 1), p = 1 drops everything (0, gradient 0), as in
+    eager; whether through F.dropout or native_dropout itself."""
+    import pydynamo
+    for fn in (lambda x: F.dropout(x, p), lambda x: torch.native_dropout(x * 1, p, True)[0]):
+        pydynamo.reset()
+        x = torch.randn(16, 8)
+        out, grad = dropout_step(fn, x)
+        xe = x.clone().requires_grad_(True)
+        fn(xe).sum().backward()
+        assert torch.equal(out, fn(x)) and torch.equal(grad, xe.grad)
+    pydynamo.reset()
+
+
+def test_dropout_eval_and_bfloat16():
+    """In eval mode dropout is the identity; native_dropout(train=False) too (mask all true);
+    bfloat16 keeps x / (1 - p) (within an ulp: the interpreter's bfloat16 casts truncate)."""
+    import pydynamo
+    pydynamo.reset()
+    model = nn.Sequential(nn.Linear(8, 8), nn.Dropout(0.5)).eval()
+    x = torch.randn(4, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(pydynamo.optimize("triton")(model)(x), model(x))
+    pydynamo.reset()
+    out, mask = pydynamo.optimize("triton", fullgraph=True)(lambda x: torch.native_dropout(x * 1, 0.5, False))(x)
+    assert torch.equal(out, x) and mask.dtype == torch.bool and mask.all()
+    pydynamo.reset()
+    xb = torch.randn(64, 64).bfloat16() + 4
+    out = pydynamo.optimize("triton", fullgraph=True)(lambda x: F.dropout(x, 0.25))(xb)
+    kept = out != 0
+    assert out.dtype == torch.bfloat16 and 0.7 < kept.float().mean() < 0.8
+    torch.testing.assert_close(out[kept], (xb.float() * (1 / 0.75)).bfloat16()[kept], atol=0, rtol=1e-2)
+    pydynamo.reset()

@@ -1,11 +1,14 @@
 """Lowerings that read at computed positions: gather, embedding and x[idx] (indirect loads),
 scatter of one index per row (a one-hot), cat and constant padding (masked loads), pooling and
-its gradients (masked window loads)."""
+its gradients (masked window loads); and that write at computed positions: index_put and
+scatter_add (a kernel of atomic adds)."""
+import math
+
 import torch
 
 from . import ops
-from .ir import Affine, Node, Pointwise, Unlowerable
-from .lowerings import aten, lowering, meta, reads_of
+from .ir import Affine, Node, Pointwise, Scatter, Unlowerable
+from .lowerings import aten, broadcast_index, lowering, meta, reads_of
 
 # ---- indexing with one index per position along a dim: gather, scatter onto a tensor ----
 
@@ -137,10 +140,19 @@ def _avg_divisor(k, hs, ws, kernel, size, padding, count_include_pad, divisor_ov
     return k.emit(f"(({he} - {hs}) * ({we} - {ws})).to({ops.TL_DTYPE[acc]})")
 
 
-def _windows_over(k, idx, out_size, step, pad, kernel):
-    """The output positions, along one dim, whose windows may hold input position ``idx``
-    (dilation 1): [(index, its value text, whether it exists and its window holds idx)], in
-    increasing order, the order in which ATen's CUDA backward adds them."""
+def _windows_over(k, idx, out_size, step, pad, kernel, dilation=1):
+    """The output positions, along one dim, whose windows may hold input position ``idx``:
+    [(index, its value text, whether it exists and its window holds idx)], in increasing order,
+    the order in which ATen's CUDA backward adds them. Dilated: one candidate per window
+    element j, the window starting j * dilation before idx, if one starts there."""
+    if dilation != 1:
+        out = []
+        for j in reversed(range(kernel)):
+            start = Affine.lift(idx) + (pad - j * dilation)
+            o = start.floordiv(step)
+            sv, ov = k.index_value(start), k.index_value(o)
+            out.append((o, ov, f"({sv} >= 0) & ({sv} % {step} == 0) & ({ov} < {out_size})"))
+        return out
     top = (Affine.lift(idx) + pad).floordiv(step)  # the last window starting at or before idx
     iv, out = k.index_value(idx), []
     for back in reversed(range(-(-kernel // step))):
@@ -150,22 +162,23 @@ def _windows_over(k, idx, out_size, step, pad, kernel):
     return out
 
 
-def _pool_backward(node, grad, x, kernel, stride, padding, term):
+def _pool_backward(node, grad, x, kernel, stride, padding, term, dilation=(1, 1)):
     """The gradient of a 2-d pooling: for each input position, the sum over the windows that
     hold it of ``term(k, index, out_index, row text, column text, holds, grad value)``, computed where
     the input is (a gather: no atomic adds, no zeroed buffer)."""
-    (kh, kw), (sh, sw), (ph, pw) = kernel, stride, padding
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = kernel, stride, padding, dilation
     val = meta(node)
     _pool_input(x, kh, kw, "pooling backward")
-    if grad.dtype != val.dtype or -(-kh // sh) * -(-kw // sw) > 16:
+    windows = (kh if dh > 1 else -(-kh // sh)) * (kw if dw > 1 else -(-kw // sw))  # per input element
+    if grad.dtype != val.dtype or windows > 16:
         raise Unlowerable("pooling backward")
     OH, OW = grad.shape[-2:]
     acc = ops.compute_dtype(grad.dtype)
 
     def fn(k, idx):
         total = None
-        for oh, ohv, hold_h in _windows_over(k, idx[-2], OH, sh, ph, kh):
-            for ow, owv, hold_w in _windows_over(k, idx[-1], OW, sw, pw, kw):
+        for oh, ohv, hold_h in _windows_over(k, idx[-2], OH, sh, ph, kh, dh):
+            for ow, owv, hold_w in _windows_over(k, idx[-1], OW, sw, pw, kw, dw):
                 at = list(idx[:-2]) + [oh, ow]
                 holds = k.emit(f"{hold_h} & {hold_w}")
                 with k.masked(holds):
@@ -173,7 +186,7 @@ def _pool_backward(node, grad, x, kernel, stride, padding, term):
                 t = term(k, idx, at, ohv, owv, holds, v)
                 total = t if total is None else k.emit(f"({total} + {t})")
         return k.emit(ops.cast(total, acc, val.dtype))
-    return Pointwise(val.shape, val.dtype, fn, 2 * -(-kh // sh) * -(-kw // sw)), acc
+    return Pointwise(val.shape, val.dtype, fn, 2 * windows), acc
 
 
 @lowering(aten.avg_pool2d_backward.default)
@@ -198,8 +211,6 @@ def avg_pool2d_backward(g, node, grad, x, kernel_size, stride, padding, ceil_mod
 def max_pool2d_backward(g, node, grad, x, kernel_size, stride, padding, dilation, ceil_mode, indices):
     """Each input position gathers the grad of the windows whose saved index is that position."""
     _index_tensor(indices)
-    if _pair(dilation) != [1, 1]:
-        raise Unlowerable("dilated max_pool2d backward")
     kh, kw = _pair(kernel_size)
     W = x.shape[-1]
 
@@ -208,7 +219,7 @@ def max_pool2d_backward(g, node, grad, x, kernel_size, stride, padding, dilation
             i = indices.load(k, at)
         here = k.emit(f"({k.index_value(idx[-2])} * {W} + {k.index_value(idx[-1])})")
         return k.emit(f"tl.where({holds} & ({i} == {here}), {v}, 0.0)")
-    out, _ = _pool_backward(node, grad, x, (kh, kw), _pair(stride, [kh, kw]), _pair(padding), term)
+    out, _ = _pool_backward(node, grad, x, (kh, kw), _pair(stride, [kh, kw]), _pair(padding), term, _pair(dilation))
     out.reads = reads_of(grad) | reads_of(indices)
     return out
 
@@ -318,6 +329,74 @@ def scatter(g, node, x, dim, index, src):
     pw = Pointwise(val.shape, val.dtype, fn, 2 + getattr(x, "cost", 0))
     pw.reads = reads_of(x) | reads_of(index) | (reads_of(src) if isinstance(src, Node) else frozenset())
     return pw
+
+
+# ---- writing at computed positions: index_put, scatter_add (a kernel of atomic adds) ----
+
+def _scatter(g, node, x, space, target, values, at, accumulate):
+    """``x`` with ``values`` (read at ``at(index)``) added or written at ``target(k, index)``
+    for each index into ``space`` (ir.Scatter). Atomic adds accumulate half precision in a
+    float32 copy of ``x``, cast back once. Adding in whatever order the atomics meet is not
+    deterministic: torch.use_deterministic_algorithms keeps ATen's call."""
+    val = meta(node)
+    if accumulate and (torch.are_deterministic_algorithms_enabled() or val.dtype not in ACCUMULATE):
+        raise Unlowerable("scatter with atomic adds")
+    if not ops.supported_dtype(val.dtype) or not ops.supported_dtype(values.dtype) or math.prod(space) == 0:
+        raise Unlowerable("scatter")
+    dtype = ACCUMULATE[val.dtype] if accumulate else val.dtype
+    init = Pointwise(x.shape, dtype, lambda k, index: k.emit(ops.cast(x.load(k, index), x.dtype, dtype)))
+    init.reads = reads_of(x)
+    init = g.realize(init)  # a buffer of its own, dead after the scatter
+
+    def value(k, index):
+        return k.emit(ops.cast(values.load(k, at(index)), values.dtype, dtype))
+    out = g.realize(Scatter(init, space, target, value, accumulate))  # laid out as init
+    if dtype == val.dtype:
+        return out
+    back = Pointwise(val.shape, val.dtype, lambda k, index: k.emit(ops.cast(out.load(k, index), dtype, val.dtype)))
+    back.reads = frozenset([out.name])
+    return back
+
+
+ACCUMULATE = {torch.float32: torch.float32, torch.float16: torch.float32, torch.bfloat16: torch.float32,
+              torch.float64: torch.float64, torch.int32: torch.int32, torch.int64: torch.int64}
+
+
+@lowering(aten.index_put.default)
+def index_put(g, node, x, indices, values, accumulate=False):
+    """``x[..., idx, ...] = values`` (``+=`` when accumulating: an embedding's gradient) with one
+    integer index tensor after any number of full slices, negative indices counted from the end.
+    Written (not accumulated) with repeated indices, which element wins is undefined, as in ATen."""
+    tensors = [(d, i) for d, i in enumerate(indices) if i is not None]
+    if len(tensors) != 1 or any(i is not None for i in indices[:tensors[0][0]]):
+        raise Unlowerable("index pattern")
+    dim, idx = tensors[0]
+    _index_tensor(idx)
+    n, k_dims = x.shape[dim], len(idx.shape)
+    space = x.shape[:dim] + idx.shape + x.shape[dim + 1:]
+    if len(values.shape) > len(space) or any(s not in (1, t) for s, t in zip(values.shape[::-1], space[::-1])):
+        raise Unlowerable("index_put values")
+
+    def target(k, at):
+        i = idx.load(k, at[dim:dim + k_dims])
+        i = k.emit(f"tl.where({i} < 0, {i} + {n}, {i})")
+        k.check_index(i, n, at[dim:dim + k_dims])
+        return list(at[:dim]) + [Affine.indirect(i, n, at[dim:dim + k_dims])] + list(at[dim + k_dims:])
+    return _scatter(g, node, x, space, target, values, lambda at: broadcast_index(at, space, values.shape),
+                    accumulate)
+
+
+@lowering(aten.scatter_add.default)
+def scatter_add(g, node, x, dim, index, src):
+    """``out[.., index[i], ..] += src[i]`` along ``dim`` for each position i of ``index``."""
+    _index_tensor(index)
+    dim %= len(x.shape)
+
+    def target(k, at):
+        i = index.load(k, at)
+        k.check_index(i, x.shape[dim], at)
+        return list(at[:dim]) + [Affine.indirect(i, x.shape[dim], at)] + list(at[dim + 1:])
+    return _scatter(g, node, x, index.shape, target, src, lambda at: at, True)  # src may be larger
 
 
 @lowering(aten.constant_pad_nd.default)

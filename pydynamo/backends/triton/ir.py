@@ -259,5 +259,16 @@ class Scan(Reduction):
         return list(full_index)
 
 
+class Scatter(Node):
+    """``init`` (a buffer that only this reads) with, for each index into ``in_shape``, the
+    element ``value(k, index)`` added (``accumulate``: atomically, as duplicates may meet) or
+    written at index ``target(k, index)`` of it. Its kernel iterates ``in_shape`` and writes into
+    ``init``'s memory, which becomes this buffer's (wrapper.py): index_put, scatter_add."""
+
+    def __init__(self, init, in_shape, target, value, accumulate):
+        self.init, self.in_shape, self.target, self.value = init, tuple(in_shape), target, value
+        self.accumulate, self.shape, self.dtype = accumulate, init.shape, init.dtype
+
+
 class Unlowerable(Exception):
     """Raised by a lowering that cannot handle its arguments: the node falls back to ATen."""

@@ -13,7 +13,7 @@ import math
 import re
 
 from . import ops
-from .ir import Affine
+from .ir import Affine, offset_of
 from .scheduler import triton_next_pow2
 
 LOOP_RBLOCK = 2048        # row elements per iteration of a looped row kernel (inner rows)
@@ -236,6 +236,8 @@ class KernelCodegen:
         else:
             self.section = ("pre", p.phase) if p.level == "x" else ("loop", p.phase)
         body = p.buf.body
+        if p.level == "scatter":
+            return self._scatter(p)
         if p.level not in ("red", "scan"):
             value = body.load(self, p.index)
             self.produced[p.buf.name] = value
@@ -273,6 +275,23 @@ class KernelCodegen:
             result = self.emit(red.post(result, red.rnumel()))
         self.produced[p.buf.name] = result
         self._store(p, result)
+
+    def _scatter(self, p):
+        """Each element of the space added (atomically) or written at the position its target
+        index gives; the buffer's memory holds its init already (wrapper.py)."""
+        buf, body = p.buf, p.buf.body
+        if buf.name not in self.stored:
+            return
+        off = offset_of(body.target(self, p.index), buf.stride)
+        # one value per lane, never a broadcast [1] (the interpreter's atomics read it as XBLOCK)
+        value = self.emit(f"tl.where(xmask, {body.value(self, p.index)}, 0)")
+        param = self._param(buf.name, "out_ptr", buf.dtype)
+        index = self.render(off) + ("" if _vars_of(off) else " + 0 * xindex")
+        cast = f".to({ops.TL_DTYPE[buf.dtype]})" if ops.compute_dtype(buf.dtype) != buf.dtype else ""
+        store = "tl.atomic_add" if body.accumulate else "tl.store"
+        sem = ", sem='relaxed'" if body.accumulate else ""
+        self.sections.setdefault(self.section, []).append(
+            f"{store}({param} + ({index}), {value}{cast}, xmask{sem})")
 
     def _scan(self, p, value):
         """Running sum along the row: Triton's associative_scan over the block; a looped kernel

@@ -124,8 +124,8 @@ def _origins(node, args):
 # renamed, or it would shadow it
 _WRAPPER_NAMES = {"torch", "triton", "tl", "libdevice", "empty_strided", "Launch", "launch_stream",
                   "precompile", "restride", "index_put_accumulate", "aten", "prims", "DEVICE", "make", "call",
-                  "args", "stream", "fallback", "constants", "aligned", "sum_op", "max_op", "min_op", "max_nan",
-                  "min_nan"}
+                  "args", "stream", "fallback", "constants", "aligned", "sum_op", "prod_op", "max_op", "min_op",
+                  "max_nan", "min_nan", "rsqrt_ftz", "rand_uniform"}
 _MADE_UP = re.compile(r"(buf|view|const|launch_|in_)\d+(_\d+)?$|triton_")
 
 
@@ -165,6 +165,7 @@ class GraphLowering:
         self._views = {}         # id(View) -> wrapper name
         self._count = 0
         self._origins = frozenset()  # names of the ops the value being lowered computes
+        self._seeds = None       # (buffer of per-call random seeds, node -> its seed's position)
 
     def new_name(self, prefix="buf"):
         self._count += 1
@@ -207,6 +208,12 @@ class GraphLowering:
     def lower(self, node):
         args = map_arg(node.args, self.lookup)
         kwargs = map_arg(node.kwargs, self.lookup)
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor) and val.numel() == 0 and isinstance(node.target, torch._ops.OpOverload) \
+                and not node.target._schema.is_mutable:
+            # no elements to compute: the result is an allocation
+            return self.call(aten.empty_strided.default, [list(val.shape), list(val.stride())],
+                             {"dtype": val.dtype, "device": val.device}, val)
         fn = LOWERINGS.get(node.target)
         if fn is not None and self._lowerable(node, args, kwargs):
             self._origins = _origins(node, (args, kwargs))
@@ -321,6 +328,30 @@ class GraphLowering:
         item.multi = isinstance(val, (list, tuple))
         self.items.append(item)
         return result
+
+    def call(self, op, args, kwargs, val):
+        """A FallbackBuffer holding ``op(*args, **kwargs)`` (no tensor arguments), called by the
+        wrapper at this point; its traced result is ``val``."""
+        name = self.new_name()
+        out = self._fallback_out(name, val)
+        item = FallbackOp(name, op, args, kwargs, [out], False)
+        item.multi = False
+        self.items.append(item)
+        return out
+
+    def seed(self, node):
+        """(buffer, position) of the random seed of ``node`` (a random op): one ``randint`` per
+        call of the graph draws a seed for each such op from torch's generator, so every call
+        gets new randomness and ``torch.manual_seed`` reproduces it."""
+        if self._seeds is None:
+            nodes = [n for n in self.gm.graph.nodes if n.target is aten.native_dropout.default]
+            val = torch.empty(len(nodes), dtype=torch.int64, device=self.device)
+            buf = self.call(aten.randint.default, [2**63 - 1, [len(nodes)]],
+                            {"dtype": torch.int64, "device": self.device}, val)
+            self.items.insert(0, self.items.pop())  # first: every kernel may read it
+            self._seeds = buf, {n: i for i, n in enumerate(nodes)}
+        buf, at = self._seeds
+        return buf, at[node]
 
     def _fallback_out(self, name, val):
         if isinstance(val, torch.Tensor):

@@ -265,6 +265,39 @@ for _t in [aten._to_copy.default, prims.convert_element_type.default, aten.clone
     LOWERINGS[_t] = _identity
 
 
+@lowering(aten.native_dropout.default)
+def native_dropout(g, node, x, p, train):
+    """(x * mask / (1 - p), mask), mask = uniform >= p drawn in the kernel (wrapper.HEADER's
+    rand_uniform) at the element's row-major position under this op's seed (GraphLowering.seed):
+    the two values, and any recomputation of either, see the same mask. Dropped NaNs stay NaN,
+    as in eager (x * 0)."""
+    out, mask = node.meta["val"]
+    if not out.dtype.is_floating_point or not ops.supported_dtype(out.dtype) or not 1 < x.numel() < 2**32:
+        raise Unlowerable("dropout")
+    if train is False:
+        kept = Pointwise(mask.shape, torch.bool, lambda k, index: k.emit("tl.full([1], 1, tl.int1)"))
+        kept.reads = frozenset()
+        return pointwise(_Meta(out), [x], lambda v: v), kept
+    seeds, at = g.seed(node)
+    scale = 0.0 if p == 1 else 1.0 / (1.0 - p)
+    strides = [math.prod(x.shape[d + 1:]) for d in range(len(x.shape))]
+
+    def keep(k, index):
+        seed = seeds.load(k, [Affine(const=at)])
+        offset = k.index_value(sum((Affine.lift(i) * s for i, s in zip(index, strides)), Affine()))
+        return k.emit(f"rand_uniform({seed}, {offset}) >= {ops.literal(float(p))}")
+    kept = Pointwise(mask.shape, torch.bool, keep)
+    kept.reads = reads_of(seeds)
+    return pointwise(_Meta(out), [x, kept], lambda v, m: f"{v} * {m} * {ops.literal(scale)}"), kept
+
+
+class _Meta:
+    """Stands for an FX node whose value is ``val`` (one output of a multi-output op)."""
+
+    def __init__(self, val):
+        self.meta = {"val": val}
+
+
 @lowering(aten.copy.default)
 def copy(g, node, dst, src, non_blocking=False):
     return pointwise(node, [src], lambda x: x, operand_dtype=ops.compute_dtype(src.dtype))

@@ -201,6 +201,18 @@ def amax(g, node, x, dims=(), keepdim=False):
     return reduction(g, node, x, dims, keepdim, kind, meta(node).dtype)
 
 
+@lowering(aten.any.dim, aten.any.dims, aten.any.default, aten.all.dim, aten.all.dims, aten.all.default)
+def any_all(g, node, x, dims=None, keepdim=False):
+    """Whether any (all) element is nonzero: the max (min) of ``x != 0`` as int32; NaN counts."""
+    if not ops.supported_dtype(x.dtype):
+        raise Unlowerable("dtype")
+    nonzero = Pointwise(x.shape, torch.int32, lambda k, index: k.emit(
+        f"({ops.cast(x.load(k, index), x.dtype, torch.bool)}).to(tl.int32)"), 1 + getattr(x, "cost", 0))
+    nonzero.reads = reads_of(x)
+    kind = "max" if node.target.overloadpacket is aten.any else "min"
+    return reduction(g, node, nonzero, dims, keepdim, kind, torch.bool, post=lambda v, n: f"({v} != 0)")
+
+
 def _arg_reduction(g, x, dims, keepdim, kind):
     if not x.shape or math.prod(x.shape) == 0 or not ops.supported_dtype(x.dtype) or x.dtype == torch.bool:
         raise Unlowerable("arg reduction")

@@ -17,7 +17,7 @@ the row per *phase*; a value needing a reduction's result goes in a later phase 
 import contextlib
 import math
 
-from .ir import Affine, ComputedBuffer, Reduction, Scan, offset_of
+from .ir import Affine, ComputedBuffer, Reduction, Scan, Scatter, offset_of
 
 PERSISTENT_MAX = 4096       # longest row (next power of 2) held in registers: rows along memory
 COLUMN_PERSISTENT_MAX = 64  # the same for columns (reduced dims not innermost), read XBLOCK wide
@@ -67,6 +67,8 @@ class Space:
     def place(self, buf):
         """(level, index into buf.body's own shape) or None when buf does not fit here."""
         body, full = buf.body, self.full_index()
+        if isinstance(body, Scatter):
+            return ("scatter", full) if not self.is_row and body.in_shape == self.shape else None
         if isinstance(body, Reduction):
             if self.is_row and body.in_shape == self.shape and body.dims == self.dims:
                 return ("scan" if isinstance(body, Scan) else "red"), full
@@ -140,6 +142,8 @@ class Group:
     def try_add(self, buf, available):
         """Add ``buf`` (maybe widening a pointwise space into a row space) or raise NotFusable.
         ``available``: buffer names computed before this kernel starts."""
+        if self.members and (isinstance(self.members[0].buf.body, Scatter) or isinstance(buf.body, Scatter)):
+            raise NotFusable("a scatter has a kernel of its own")
         space = self.space
         body = buf.body
         if isinstance(body, Reduction) and not space.is_row:
@@ -163,11 +167,16 @@ def _place_one(space, buf, placed, available):
         raise NotFusable("shape")
     level, index = fit
     rec = Recorder()
+    store = space.store_index(buf, level, index)
     if level in ("red", "scan"):
         buf.body.inner(rec, index)
+    elif level == "scatter":  # at computed positions, into init's memory: init must be there
+        store = buf.body.target(rec, index)
+        buf.body.value(rec, index)
+        rec.loads.append((buf.body.init.name, Affine()))
     else:
         buf.body.load(rec, index)
-    p = Placed(buf, level, index, rec, offset_of(space.store_index(buf, level, index), buf.stride))
+    p = Placed(buf, level, index, rec, offset_of(store, buf.stride))
     inside = {q.buf.name: q for q in placed}
     looped = not space.persistent()
     for name, off in rec.loads:
@@ -209,6 +218,7 @@ def schedule(items, inputs=()):
                 break
             else:
                 g = Group(Space(it.body.in_shape, it.body.dims) if isinstance(it.body, Reduction)
+                          else Space(it.body.in_shape) if isinstance(it.body, Scatter)
                           else Space(it.shape, stride=it.stride))
                 g.available = set(available)
                 g.try_add(it, g.available)

@@ -16,7 +16,7 @@ import re
 import torch
 
 from .compile_worker import WRAPPER_MARK
-from .ir import FallbackBuffer, contiguous_strides
+from .ir import FallbackBuffer, Scatter, contiguous_strides
 from .kernel import KernelCodegen
 from .lowering import FallbackOp, TensorRef, ViewOp
 from .scheduler import Group
@@ -83,6 +83,28 @@ def rsqrt_ftz(x):
                                          is_pure=True, pack=1)
     else:
         return tl.rsqrt(x)
+
+
+@triton.jit
+def rand_uniform(seed, offset):
+    # Philox4x32-10 (tl.rand's generator; its jitted library fails under an interpreter turned
+    # on after triton's import) of the counter (offset, 0, 0, 0) under the key seed: a float in
+    # [0, 1) from the first word's top 24 bits
+    c0 = offset.to(tl.uint32)
+    c1 = c0 * 0
+    c2 = c1
+    c3 = c1
+    k0 = (seed & 0xFFFFFFFF).to(tl.uint32)
+    k1 = ((seed >> 32) & 0xFFFFFFFF).to(tl.uint32)
+    for _ in tl.static_range(10):
+        a0, a2 = c0, c2
+        c0 = tl.umulhi(0xCD9E8D57, a2) ^ c1 ^ k0
+        c2 = tl.umulhi(0xD2511F53, a0) ^ c3 ^ k1
+        c1 = tl.mul(a2, 0xCD9E8D57, sanitize_overflow=False)
+        c3 = tl.mul(a0, 0xD2511F53, sanitize_overflow=False)
+        k0 = tl.add(k0, 0x9E3779B9, sanitize_overflow=False)
+        k1 = tl.add(k1, 0xBB67AE85, sanitize_overflow=False)
+    return (c0 >> 8).to(tl.float32) * (1.0 / 16777216)
 
 '''
 
@@ -299,6 +321,12 @@ class WrapperCodegen:
                 updates = {}  # the kernel as an earlier item launched it: one compile fewer
             else:
                 src, params, grid, config, warps = updated
+        for p in group.members:  # a scatter writes into its init's memory, which dies here
+            init = p.buf.body.init.name if isinstance(p.buf.body, Scatter) else None
+            if init and p.buf.name in stored:
+                if last.get(init) != i or init in self.shared or not (init in owned or init in self.exclusive):
+                    raise NotImplementedError(f"scatter into {init}, which lives on")
+                updates[p.buf.name] = init
         computes = ", ".join(f"{p.buf.name}{'' if p.buf.name in stored else ' (kept in registers)'}"
                              for p in group.members)
         computes += " " + _traffic(src, params, self._buffers(), group.space.xnumel * group.space.rnumel, stored)
