@@ -931,6 +931,50 @@ def test_a_refused_static_launch_falls_back_to_triton():
     assert len(Kernel.runs) == 2
 
 
+def test_a_site_launched_again_in_the_call_that_loaded_its_kernel_launches_statically(monkeypatch):
+    """A wrapper takes launch_stream() once per call; in its first call that is None (nothing
+    loaded yet). A site launched again later in that call (a repeated layer), its kernel loaded
+    meanwhile, still launches statically, not through Triton's JIT."""
+    from pydynamo.backends.triton.runtime import Launch
+
+    class Kernel:
+        debug = None
+        runs = []
+
+        def run(self, *args, **kwargs):
+            self.runs.append(args)
+    static = []
+    launch = Launch(Kernel(), 4, 4, (torch.float32,), XBLOCK=64)
+    launch.static, launch.device = (lambda *args: static.append(args), 0, 4, 0, "O", ()), 0
+    monkeypatch.setattr(runtime, "launch_stream", lambda: (0, 7))
+    t = torch.zeros(256)
+    launch(None, t)
+    launch.owned(None, t)
+    assert len(static) == 2 and static[0][-1] == 7 and not Kernel.runs
+
+
+def test_compile_times_and_the_timing_log(caplog, monkeypatch):
+    """compile_times() gives the last compile's phases (lowering, codegen, ...); a graph found in
+    the disk cache is not generated again; PYDYNAMO_TRITON_TIMING=1 logs them after each graph's
+    first call."""
+    f = lambda x: torch.softmax(x * 3, -1) + 1  # noqa: E731
+    x = r(4, 8)
+    check(f, x)
+    t = runtime.compile_times()
+    assert t["graphs"] == t["generated"] == 1  # (under the interpreter no kernel compiles)
+    assert t["lowering"] > 0 and t["codegen"] > 0 and t["aot_autograd"] > 0 and t["first_call"] == 0
+    monkeypatch.setattr(runtime, "_modules", {})  # a second "process"
+    monkeypatch.setattr(runtime, "TIMING", True)
+    monkeypatch.setenv("PYDYNAMO_TRITON_TIMING", "1")
+    caplog.set_level(logging.INFO, logger="pydynamo.triton.timing")
+    check(f, x)
+    t = runtime.compile_times()
+    assert t["graphs"] == 1 and t["generated"] == 0 and t["lowering"] == 0 and t["first_call"] > 0
+    logged = [rec.getMessage() for rec in caplog.records if rec.name == "pydynamo.triton.timing"]
+    assert len(logged) == 1 and "1 graphs (0 generated)" in logged[0] and "first_call" in logged[0]
+    assert runtime.compile_times(all=True)["graphs"] >= 2
+
+
 def test_a_launch_site_waits_for_its_precompile_once():
     """precompile() returns before the kernels are compiled; a site's first call waits for its
     own compile (and the launcher build), loads the kernel into the static launcher, then

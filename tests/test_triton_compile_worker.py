@@ -124,7 +124,7 @@ def generated_module(f, inputs, gpu_forms=False):
 
 
 @contextlib.contextmanager
-def offline_launches(tmp_path, monkeypatch, src):
+def offline_launches(tmp_path, monkeypatch, src, name="worker_test"):
     """The launch sites of the generated module ``src``, its kernels as Triton JITFunctions, with
     Triton's driver answering for an sm_90 GPU: (launches, target)."""
     import importlib.util
@@ -133,14 +133,15 @@ def offline_launches(tmp_path, monkeypatch, src):
     from triton import knobs          # it must be imported while interpret is on)
     from triton.backends.compiler import GPUTarget
     from triton.runtime.driver import driver
-    path = tmp_path / "g_worker_test.py"
+    path = tmp_path / f"g_{name}.py"
     path.write_text(src)
-    spec = importlib.util.spec_from_file_location("pydynamo_triton_worker_test", path)
+    spec = importlib.util.spec_from_file_location(f"pydynamo_triton_{name}", path)
     mod = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, spec.name, mod)
     monkeypatch.setattr(knobs.runtime, "interpret", False)  # JITFunctions, not the interpreter
+    monkeypatch.setattr(runtime, "precompile", lambda launches: None)  # the tests compile them
     spec.loader.exec_module(mod)
-    call = mod.make([], None)  # (precompile does nothing under TRITON_INTERPRET=1)
+    call = mod.make([], None)
     launches = [c.cell_contents for c in call.__closure__ if isinstance(c.cell_contents, runtime.Launch)]
     assert len(launches) == src.count("\ndef triton_")
     target = GPUTarget(*TARGET)
@@ -172,8 +173,10 @@ def test_workers_compile_the_kernels_the_parents_jit_then_finds(tmp_path, monkey
     with offline_launches(tmp_path, monkeypatch, src) as (launches, target):
         w = Workers(2, TARGET)
         assert ready(w, 2)
-        for launch in launches:
-            assert w.compile(task(launch, target)) is True, launch.kernel.__name__
+        for i, launch in enumerate(launches):
+            stages = {}
+            assert w.compile(task(launch, target, str(tmp_path / f"entry{i}")), stages) is True, launch.kernel.__name__
+            assert stages["hit"] is False and stages["cubin"] > 0 and set(runtime.STAGES) <= set(stages)
         compiled_here = []
         orig = tc.ASTSource.make_ir
 
@@ -181,9 +184,12 @@ def test_workers_compile_the_kernels_the_parents_jit_then_finds(tmp_path, monkey
             compiled_here.append(self.fn.__name__)
             return orig(self, *args, **kwargs)
         monkeypatch.setattr(tc.ASTSource, "make_ir", recording)
-        for launch in launches:
+        for i, launch in enumerate(launches):
             launch.warmup()
             assert launch.warm.asm["cubin"][:4] == b"\x7fELF"
+            # the worker also stored the kernel as an entry of the parent's kernel cache
+            assert (tmp_path / f"entry{i}.cubin").read_bytes() == launch.warm.asm["cubin"]
+            assert (tmp_path / f"entry{i}.json").exists()
         assert not compiled_here, compiled_here
 
 
@@ -287,3 +293,115 @@ def theirs(x_ptr, y_ptr, XBLOCK: tl.constexpr):
             found[name] = (sorted(set(re.findall(r"\brsqrt\.[\w.]+", k.asm["ptx"]))), bool(linked))
         assert found["theirs"] == ([expected], True), found
         assert found["ours"] == ([expected], dtype == "*fp64"), found  # float64 still goes through libdevice
+
+
+# ---- the kernel cache (runtime.cached_compile) ----
+
+def _renamed(src, suffix):
+    """``src`` with its kernels named otherwise (as another graph's identical kernels are)."""
+    import re
+    for name in set(re.findall(r"def (triton_\w+)\(", src)):
+        src = src.replace(name, name + suffix)
+    return src
+
+
+def test_the_kernel_cache_key_holds_what_changes_the_binary(tmp_path, monkeypatch):
+    """A kernel's key changes with its spec (num_warps here), the target's arch, Triton's version
+    and the environment variables Triton's cache key takes; not with the kernel's name."""
+    import triton
+    src = generated_module(lambda x: (torch.relu(x) * 2,), [torch.randn(64)])
+    with offline_launches(tmp_path, monkeypatch, src) as ([a], target), \
+            offline_launches(tmp_path, monkeypatch, _renamed(src, "_b"), "other") as ([b], _):
+        assert a.kernel.__name__ != b.kernel.__name__
+        spec = compile_worker.spec(a)
+        key = runtime.kernel_key(a.kernel, spec, TARGET)
+        assert runtime.kernel_key(b.kernel, compile_worker.spec(b), TARGET) == key
+        assert runtime.kernel_key(a.kernel, spec[:3] + (dict(spec[3], num_warps=8),), TARGET) != key
+        assert runtime.kernel_key(a.kernel, spec, ("cuda", 80, 32)) != key
+        monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "0")
+        assert runtime.kernel_key(a.kernel, spec, TARGET) != key
+        monkeypatch.delenv("TRITON_DEFAULT_FP_FUSION")
+        monkeypatch.setattr(triton, "__version__", "0.0.0")
+        assert runtime.kernel_key(a.kernel, spec, TARGET) != key
+
+
+class _Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ln, self.fc = torch.nn.LayerNorm(32), torch.nn.Linear(32, 32)
+
+    def forward(self, x):
+        return x + F.gelu(self.fc(self.ln(x)))
+
+
+class _Layers(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = torch.nn.Sequential(*[_Block() for _ in range(6)]).requires_grad_(False)
+
+    def forward(self, x):
+        return (self.blocks(x),)
+
+
+SECOND_PROCESS = """
+import os, sys, pathlib
+sys.path.insert(0, {tests!r})
+import pytest
+import triton.compiler.compiler as tc
+import test_triton_compile_worker as t
+from pydynamo.backends.triton import runtime
+made = []
+orig = tc.ASTSource.make_ir
+tc.ASTSource.make_ir = lambda self, *a, **k: (made.append(self.fn.__name__), orig(self, *a, **k))[1]
+with pytest.MonkeyPatch.context() as mp:
+    with t.offline_launches(pathlib.Path({tmp!r}), mp, open({src!r}).read(), "again") as (launches, target):
+        print([runtime.cached_compile(l, None, target, dict()) for l in launches], made)
+"""
+
+
+def test_kernels_compile_once_per_process_and_a_second_process_compiles_none(tmp_path, monkeypatch):
+    """Six identical layers make one graph's kernels once (the wrapper launches them again);
+    the same kernels in another graph, under other names, are compiled for the first and shared
+    (Triton compiles each distinct kernel once in all); a second process, with an empty Triton
+    cache, finds all of them in the kernel cache and compiles nothing."""
+    import subprocess
+
+    import triton.compiler.compiler as tc
+    monkeypatch.setenv("PYDYNAMO_CACHE_DIR", str(tmp_path / "pydynamo-cache"))
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-cache"))
+    monkeypatch.setattr(runtime, "_inflight", {})
+    src = generated_module(_Layers(), [torch.randn(8, 32)])
+    kernels = src.count("\ndef triton_")
+    assert 0 < kernels < src.count("(stream, ")  # fewer kernels than launches
+    made = []
+    orig = tc.ASTSource.make_ir
+    monkeypatch.setattr(tc.ASTSource, "make_ir", lambda self, *a, **k: (made.append(self.fn.__name__),
+                                                                        orig(self, *a, **k))[1])
+    with offline_launches(tmp_path, monkeypatch, src) as (first, target), \
+            offline_launches(tmp_path, monkeypatch, _renamed(src, "_bw"), "other") as (second, _):
+        got = [runtime.cached_compile(launch, None, target, {}) for launch in first + second]
+        assert got == ["here"] * len(first) + ["shared"] * len(second)
+        assert sorted(made) == sorted(launch.kernel.__name__ for launch in first)
+        for a, b in zip(first, second):
+            assert b.warm.name == a.kernel.__name__  # the cubin names the kernel compiled first
+            assert b.warm.asm["cubin"] == a.warm.asm["cubin"] and a.warm.asm["cubin"][:4] == b"\x7fELF"
+    (tmp_path / "src.py").write_text(src)
+    env = dict(os.environ, TRITON_CACHE_DIR=str(tmp_path / "empty-triton-cache"))
+    code = SECOND_PROCESS.format(tests=os.path.dirname(__file__), tmp=str(tmp_path), src=str(tmp_path / "src.py"))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.stdout.strip() == f"{['cached'] * len(first)} []", out.stderr[-3000:]
+
+
+def test_the_compile_profile_tool_measures_offline_and_a_warm_process(tmp_path):
+    """tools/triton_compile_profile.py without a GPU: the small GPT's inference compiles every
+    kernel for sm_90 in a first process; a second process on the same caches generates nothing
+    and finds every kernel in the kernel cache."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tools"))
+    import triton_compile_profile as tool
+    cold = tool.run_child("gpt", "infer", "small", 90, str(tmp_path))
+    warm = tool.run_child("gpt", "infer", "small", 90, str(tmp_path))
+    assert cold["graphs"] == cold["generated"] == 1 and cold["kernels"] >= 3
+    assert cold["compiled"] + cold["shared"] == cold["kernels"] and cold["compile_cpu"] > 0
+    assert cold["stage_cubin"] > 0 and cold["first_step"] > cold["aot_autograd"] > 0
+    assert warm["generated"] == warm["compiled"] == 0 and warm["cached"] == cold["kernels"] - cold["shared"]
+    assert "| gpt infer cold | " in tool.row("gpt infer cold", cold)

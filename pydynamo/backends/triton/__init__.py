@@ -14,6 +14,7 @@ import functools
 import hashlib
 import logging
 import os
+import time
 
 import torch
 
@@ -37,12 +38,15 @@ def triton_backend(gm, example_inputs):
     if not usable(example_inputs):
         log.info("triton backend: inputs not on CUDA (nor CPU with TRITON_INTERPRET=1); running eagerly")
         return gm.forward
+    from . import runtime
+    timing = runtime.begin_timing()
+    start = time.perf_counter()
+    _start_compile_workers()  # first: they take a second or two to be ready
     from torch._functorch.aot_autograd import aot_module_simplified
     from torch._functorch.partitioners import min_cut_rematerialization_partition
 
     from .decomps import decomposition_table
     gm, single = _tuple_output(gm)
-    _start_compile_workers()
     # The min-cut partitioner saves for backward the cheapest set of tensors and recomputes fused
     # pointwise work from them (e.g. layer_norm's mean/rstd rather than its normalized output).
     # PYDYNAMO_TRITON_EAGER_BACKWARD=1 generates the backward with the forward rather than at the
@@ -54,7 +58,7 @@ def triton_backend(gm, example_inputs):
     from torch.fx._lazy_graph_module import _use_lazy_graph_module
 
     from ...convert_frame import compiler_without_hook
-    from . import runtime
+    timing.add("setup", time.perf_counter() - start)
     # Lazy graph modules: AOTAutograd and its partitioner make a GraphModule at every step and
     # each would generate and compile its Python code at once; lazily, only the ones called are
     # (row d on the H100 host: the partition 15-38 -> 9-21 ms)
@@ -62,10 +66,12 @@ def triton_backend(gm, example_inputs):
             _use_lazy_graph_module(True), \
             (runtime.deferred_precompile() if eager_bw else contextlib.nullcontext()):
         # hook off for the backward's compile (at the first backward) and both graphs' runtime
-        compiler = compiler_without_hook(compile_aten_graph)
+        compiler = compiler_without_hook(functools.partial(compile_aten_graph, timing=timing))
         compiled = aot_module_simplified(gm, example_inputs, fw_compiler=compiler,
                                          bw_compiler=compiler, decompositions=decomposition_table(),
                                          partition_fn=min_cut_rematerialization_partition)
+    # what AOTAutograd took, our graph compiles (timed as their phases) left out
+    timing.add("aot_autograd", time.perf_counter() - start - sum(timing.phases.values()))
     if single:
         return lambda *args: compiled(*args)[0]
     return compiled
@@ -101,19 +107,30 @@ def _boxed(fn):
     return fn
 
 
-def compile_aten_graph(gm, example_inputs):
-    """ATen graph -> boxed callable (takes the list of inputs), via the disk cache."""
+def compile_aten_graph(gm, example_inputs, timing=None):
+    """ATen graph -> boxed callable (takes the list of inputs), via the disk cache. ``timing``: a
+    runtime.Timing that gets the phases' times."""
+    from . import runtime
+
     def eager(args):
         return gm(*args)
+    timing = timing or runtime.Timing()
+    timing.graphs += 1
     try:
-        key = graph_key(gm)
-        from . import runtime
-        src = runtime.lookup_graph(key)
+        with timing.phase("graph_key"):
+            key = graph_key(gm)
+            src = runtime.lookup_graph(key)
         if src is None:
-            src = generate_source(gm)
-        mod = runtime.load_source(src, key)
+            src = generate_source(gm, timing)
+            timing.generated += 1
+        with timing.phase("import"):
+            mod = runtime.load_source(src, key)
         constants = [getattr(gm, n.target) for n in gm.graph.nodes if n.op == "get_attr"]
-        return _boxed(mod.make(constants, eager))
+        with timing.phase("make"), runtime.timing_scope(timing):
+            call = _boxed(mod.make(constants, eager))
+        if runtime.TIMING:
+            call = runtime.timed_first_call(call, timing, f"graph {timing.graphs}")
+        return call
     except Exception as e:  # an internal error: this graph runs with ATen
         if os.environ.get("PYDYNAMO_TRITON_STRICT") == "1":
             raise
@@ -122,13 +139,19 @@ def compile_aten_graph(gm, example_inputs):
         return _boxed(eager)
 
 
-def generate_source(gm):
+def generate_source(gm, timing=None):
+    from . import runtime
     from .lowering import GraphLowering, unfuse_bias
     from .scheduler import schedule
     from .wrapper import WrapperCodegen
-    g = GraphLowering(unfuse_bias(gm)).run()
+    timing = timing or runtime.Timing()
+    with timing.phase("lowering"):
+        g = GraphLowering(unfuse_bias(gm)).run()
     inputs = [b.name for b in g.inputs] + [b.name for b, _ in g.constants]
-    return WrapperCodegen(g, schedule(g.items, inputs)).generate()
+    with timing.phase("scheduling"):
+        seq = schedule(g.items, inputs)
+    with timing.phase("codegen"):
+        return WrapperCodegen(g, seq).generate()
 
 
 @functools.lru_cache(None)
@@ -151,6 +174,8 @@ def graph_key(gm):
     parts = [gm.code, _generator_hash(), torch.__version__, triton.__version__,
              os.environ.get("TRITON_INTERPRET", "0"),
              os.environ.get("PYDYNAMO_TRITON_SPLIT_REDUCTIONS", "1"),
+             # deterministic mode lowers index_put / scatter_add to ATen instead of atomics
+             str(torch.are_deterministic_algorithms_enabled()),
              repr((scheduler.PERSISTENT_MAX, scheduler.COLUMN_PERSISTENT_MAX, kernel.LOOP_RBLOCK,
                    kernel.POINTWISE_XBLOCK, kernel.COLUMN_XBLOCK, kernel.COLUMN_RBLOCK,
                    lowering.REALIZE_READS, lowering.REALIZE_COST))]
@@ -164,4 +189,11 @@ def graph_key(gm):
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
 
 
-__all__ = ["triton_backend", "compile_aten_graph", "generate_source"]
+def compile_times(all=False):
+    """Where the last compile's time went: runtime.Timing.summary() of the last triton_backend
+    call (its backward too, once compiled); ``all=True``: summed over every call so far."""
+    from . import runtime
+    return runtime.compile_times(all)
+
+
+__all__ = ["triton_backend", "compile_aten_graph", "generate_source", "compile_times"]

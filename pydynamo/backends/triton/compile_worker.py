@@ -29,6 +29,7 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +65,7 @@ class Workers:
         self.said = ""  # and what the last task's worker said of it
         self.idle = queue.Queue()
         self.ready = 0
+        self.started, self.ready_after = time.perf_counter(), []  # seconds from start to each one's ready
         self.lock = threading.Lock()
         threading.Thread(target=self._start_all, name="pydynamo-compile-workers", daemon=True).start()
 
@@ -84,21 +86,23 @@ class Workers:
                 if answer == "ready":
                     with self.lock:
                         self.ready += 1
+                        self.ready_after.append(time.perf_counter() - self.started)
                     self.idle.put(p)
             except Exception as e:
                 log.debug("compile worker failed to start: %s", e)
                 p.kill()
 
-    def compile(self, task):
+    def compile(self, task, stages=None):
         """Run ``task`` in a worker: True when it compiled there; False when no worker is ready
-        yet (or one failed): then the caller compiles."""
+        yet (or one failed): then the caller compiles. ``stages``, a dict, gets the seconds of
+        Triton's compile stages in the worker (and "hit": whether its cache had the kernel)."""
         with self.lock:
             if not self.ready:
                 return False
         p = self.idle.get()
         try:
             _send(p.stdin, task)
-            ok, message = _recv(p.stdout)
+            ok, message, times = _recv(p.stdout)
         except Exception as e:  # a dead worker: leave it out
             log.debug("compile worker lost: %s", e)
             with self.lock:
@@ -107,6 +111,8 @@ class Workers:
             return False
         self.idle.put(p)
         self.said = message
+        if stages is not None:
+            stages.update(times)
         if not ok:
             log.debug("compile worker: %s", message)
         return ok
@@ -115,13 +121,16 @@ class Workers:
 _workers = None
 
 
+def usable_cpus():
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def default_count():
     """PYDYNAMO_TRITON_COMPILE_WORKERS, else the CPUs this process may use, at most 16."""
     env = os.environ.get("PYDYNAMO_TRITON_COMPILE_WORKERS")
     if env is not None:
         return int(env)
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return min(cpus, 16)
+    return min(usable_cpus(), 16)
 
 
 def workers(target):
@@ -152,15 +161,29 @@ def spec(launch):
     return signature, constexprs, attrs, dict(options.__dict__)
 
 
-def task(launch, target):
+def task(launch, target, store=None):
     """What a worker needs to compile ``launch``'s kernel: its module's file and name, the kernel's
-    name, spec(), the GPU target, and Triton's settings from the environment (the cache
-    directory above all)."""
+    name, spec(), the GPU target, Triton's settings from the environment (the cache directory
+    above all), and where to store the result in the parent's kernel cache (store_compiled)."""
     fn = launch.kernel
     module = sys.modules[fn.fn.__module__]
     env = {k: v for k, v in os.environ.items() if k.startswith("TRITON_")}
     return (module.__file__, module.__name__, fn.__name__, *spec(launch),
-            (target.backend, target.arch, target.warp_size), env)
+            (target.backend, target.arch, target.warp_size), env, store)
+
+
+def store_compiled(metadata_group, base):
+    """Copy a compiled kernel's metadata and cubin (from Triton's cache) to ``base``.json and
+    ``base``.cubin: an entry of the parent's kernel cache (runtime.cached_compile). The cubin
+    first, and each file whole (renamed into place): an entry with its .json is complete."""
+    for ext in ("cubin", "json"):
+        src = next(p for name, p in metadata_group.items() if name.endswith("." + ext))
+        with open(src, "rb") as f:
+            data = f.read()
+        tmp = f"{base}.{ext}.{os.getpid()}.{threading.get_ident()}.tmp"
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, f"{base}.{ext}")
 
 
 # ---- in the worker ----
@@ -178,7 +201,7 @@ def kernels(path, name):
 
 
 def _run(args, modules):
-    path, name, kernel, signature, constexprs, attrs, options, target, env = args
+    path, name, kernel, signature, constexprs, attrs, options, target, env, *store = args
     for k in [k for k in os.environ if k.startswith("TRITON_") and k not in env]:
         del os.environ[k]
     os.environ.update(env)
@@ -188,7 +211,22 @@ def _run(args, modules):
     if path not in modules:
         modules[path] = kernels(path, name)
     fn = modules[path][kernel]
-    triton.compile(ASTSource(fn, signature, constexprs, attrs), target=GPUTarget(*target), options=options)
+    from triton import knobs
+    stages = {}
+
+    def listen(src, metadata, metadata_group, times, cache_hit):
+        stages["frontend"] = times.ir_initialization / 1e6
+        stages.update((stage, us / 1e6) for stage, us in times.lowering_stages)
+        stages["hit"] = cache_hit
+    knobs.compilation.listener = listen
+    try:
+        compiled = triton.compile(ASTSource(fn, signature, constexprs, attrs), target=GPUTarget(*target),
+                                  options=options)
+    finally:
+        knobs.compilation.listener = None
+    if store and store[0]:
+        store_compiled(compiled.metadata_group, store[0])
+    return stages
 
 
 # Compiled once by each worker before it says it is ready, so that its first task does not pay
@@ -344,7 +382,7 @@ def main(argv=()):
             return
         lib.linked = ""
         try:
-            _run(args, modules)
-            _send(out, (True, f"libdevice linked {lib.linked}" if lib.linked else ""))
+            times = _run(args, modules)
+            _send(out, (True, f"libdevice linked {lib.linked}" if lib.linked else "", times))
         except Exception as e:
-            _send(out, (False, f"{type(e).__name__}: {e}"))
+            _send(out, (False, f"{type(e).__name__}: {e}", {}))

@@ -10,13 +10,177 @@ import hashlib
 import importlib.util
 import logging
 import os
+import re
 import sys
 import threading
+import time
 
 import torch
 
 log = logging.getLogger("pydynamo.output_code")
 _modules = {}
+
+
+# ---- Where a compile's time goes (PYDYNAMO_TRITON_TIMING=1; tools/triton_compile_profile.py) ----
+
+timing_log = logging.getLogger("pydynamo.triton.timing")
+# Also time each graph's first call (one more Python call per call while on): set by the
+# variable, or by tools before compiling
+TIMING = os.environ.get("PYDYNAMO_TRITON_TIMING", "0") == "1"
+if TIMING and not timing_log.handlers:
+    timing_log.addHandler(logging.StreamHandler())
+    timing_log.setLevel(logging.INFO)
+
+# Triton's compile stages, as its compilation listener names them ("frontend": Python AST to TTIR)
+STAGES = ("frontend", "ttir", "ttgir", "llir", "ptx", "cubin")
+
+
+class Timing:
+    """Where one triton_backend call's time went, in seconds per phase, its graphs (forward and
+    the backward compiled at the first backward) summed: setup (workers started, AOTAutograd
+    imported: once per process), aot_autograd (tracing and partitioning,
+    its calls of our compiler left out), graph_key, lowering, scheduling, codegen, import (write
+    and import the module), make (launch sites made, compiles queued), wait (first calls blocked
+    on compiles), load (compiled kernels loaded for launching), first_call (each graph's first
+    call, wait and load included; timed only while TIMING is on). ``kernels``: one row per launch
+    site's kernel (its name; where it came from: "worker" or "here" (compiled), "cached" (the
+    kernel cache had it), "shared" (compiled for an identical kernel); wall seconds; Triton's stage
+    seconds; whether Triton's cache had it); ``first``/``last``: when the first compile was queued
+    and the last one done."""
+
+    def __init__(self):
+        self.phases = dict.fromkeys(("setup", "aot_autograd", "graph_key", "lowering", "scheduling", "codegen", "import",
+                                     "make", "wait", "load", "first_call"), 0.0)
+        self.kernels = []
+        self.graphs = self.generated = 0
+        self.first = self.last = None
+        self.lock = threading.Lock()
+
+    def add(self, phase, seconds):
+        with self.lock:
+            self.phases[phase] = self.phases.get(phase, 0.0) + seconds
+
+    @contextlib.contextmanager
+    def phase(self, name):
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.add(name, time.perf_counter() - t)
+
+    def kernel(self, name, where, start, stages, hit):
+        end = time.perf_counter()
+        with self.lock:
+            self.kernels.append((name, where, end - start, stages, hit))
+            self.first = start if self.first is None else min(self.first, start)
+            self.last = end if self.last is None else max(self.last, end)
+
+    def summary(self):
+        """A flat dict: the phases, then kernel counts and sums of the compiles' stages (CPU
+        seconds over all workers and threads), the compile span, and their rows."""
+        with self.lock:
+            out = dict(self.phases, graphs=self.graphs, generated=self.generated)
+            compiled = [k for k in self.kernels if k[1] in ("worker", "here") and not k[4]]
+            out.update(kernels=len(self.kernels), compiled=len(compiled),
+                       cached=sum(k[1] == "cached" or k[4] for k in self.kernels),
+                       shared=sum(k[1] == "shared" for k in self.kernels),
+                       in_workers=sum(k[1] == "worker" for k in compiled),
+                       compile_cpu=sum(k[2] for k in compiled),
+                       compile_span=(self.last - self.first) if self.kernels else 0.0)
+            for stage in STAGES:
+                out[f"stage_{stage}"] = sum(k[3].get(stage, 0.0) for k in compiled)
+            out["kernel_rows"] = list(self.kernels)
+            return out
+
+    def report(self, label=""):
+        s = self.summary()
+        text = ", ".join(f"{k} {v:.3f}s" for k, v in s.items() if isinstance(v, float) and v)
+        timing_log.info("pydynamo triton compile%s: %d graphs (%d generated), %d kernels (%d compiled, %d in "
+                        "workers): %s", label, s["graphs"], s["generated"], s["kernels"], s["compiled"],
+                        s["in_workers"], text)
+
+
+_timings = []  # one per triton_backend call, since the last reset_timings()
+_current = threading.local()
+
+
+def begin_timing():
+    _timings.append(Timing())
+    return _timings[-1]
+
+
+def compile_times(all=False):
+    """The phase dict (Timing.summary) of the last triton_backend call, with its backward once
+    compiled; ``all=True``: summed over every call since reset_timings()."""
+    if not _timings:
+        return {}
+    if not all:
+        return _timings[-1].summary()
+    total = Timing()
+    for t in _timings:
+        for k, v in t.phases.items():
+            total.add(k, v)
+        total.kernels += t.kernels
+        total.graphs += t.graphs
+        total.generated += t.generated
+        for v in (t.first, t.last):
+            if v is not None:
+                total.first = v if total.first is None else min(total.first, v)
+                total.last = v if total.last is None else max(total.last, v)
+    return total.summary()
+
+
+def reset_timings():
+    _timings.clear()
+
+
+@contextlib.contextmanager
+def timing_scope(timing):
+    """precompile() inside books its kernels' compiles to ``timing``."""
+    outer, _current.timing = getattr(_current, "timing", None), timing
+    try:
+        yield
+    finally:
+        _current.timing = outer
+
+
+def timed_first_call(call, timing, label):
+    """``call`` (a boxed graph callable) with its first call timed into ``timing``."""
+    state = [True]
+
+    def first(args):
+        if not state[0]:
+            return call(args)
+        state[0] = False
+        t = time.perf_counter()
+        try:
+            return call(args)
+        finally:
+            timing.add("first_call", time.perf_counter() - t)
+            if os.environ.get("PYDYNAMO_TRITON_TIMING", "0") == "1":
+                timing.report(f" ({label}, after its first call)")
+    first._boxed_call = True
+    return first
+
+
+def _stage_times(times):
+    """Triton's CompileTimes (microseconds) -> {stage: seconds}."""
+    out = {"frontend": times.ir_initialization / 1e6}
+    out.update((stage, us / 1e6) for stage, us in times.lowering_stages)
+    return out
+
+
+def _listen(src, metadata, metadata_group, times, cache_hit):
+    """Triton's compilation listener: the stages of a compile in this thread, for its Timing."""
+    sink = getattr(_current, "stages", None)
+    if sink is not None:
+        sink.update(_stage_times(times), hit=cache_hit)
+
+
+def listen_to_triton():
+    from triton import knobs
+    if knobs.compilation.listener is None:
+        knobs.compilation.listener = _listen
 
 
 def cache_dir():
@@ -100,7 +264,9 @@ def _compile_pool():
     global _pool
     if _pool is None:
         from concurrent.futures import ThreadPoolExecutor
-        _pool = ThreadPoolExecutor(min(os.cpu_count() or 1, 16), thread_name_prefix="pydynamo-compile")
+
+        from .compile_worker import usable_cpus
+        _pool = ThreadPoolExecutor(min(usable_cpus(), 16), thread_name_prefix="pydynamo-compile")
     return _pool
 
 
@@ -129,6 +295,9 @@ def precompile(launches):
     it into torch's prebuilt CUDA launcher (static_launcher()), so no launch needs the C launcher
     Triton builds with gcc. Where torch has none, those launchers are built here too. Kernels that
     fail here are compiled by their first call as usual."""
+    timing = getattr(_current, "timing", None)
+    for launch in launches if timing is not None else ():
+        launch.timing = timing
     queue = getattr(_deferred, "launches", None)
     if queue is not None:
         queue.extend(launches)
@@ -138,6 +307,7 @@ def precompile(launches):
     try:
         from triton.runtime.driver import driver
         driver.active.get_current_device()  # initialize the driver once, in this thread
+        listen_to_triton()
         from . import compile_worker
         target = driver.active.get_current_target()
         workers = compile_worker.workers(target)
@@ -146,24 +316,140 @@ def precompile(launches):
         builds = {} if static else {shape: pool.submit(build_launcher, *shape) for shape in
                                     sorted({(len(launch.dtypes), len(launch.constexprs)) for launch in launches})}
         for launch in launches:
-            launch.pending = (pool.submit(_compile, launch, workers, target),
+            launch.pending = (pool.submit(_compile, launch, workers, target, static),
                               builds.get((len(launch.dtypes), len(launch.constexprs))), static)
     except Exception as e:  # the first call compiles them
         log.debug("precompile skipped: %s", e)
 
 
-def _compile(launch, workers, target):
-    """Compile ``launch``'s kernel: in a worker process when one is ready (warmup then finds it in
-    Triton's disk cache), else here."""
-    if workers is not None:
-        from .compile_worker import task
+def _compile(launch, workers, target, static):
+    """Compile ``launch``'s kernel (or find it compiled) and leave it in ``launch.warm``. With
+    torch's static launcher, through this backend's kernel cache (cached_compile); without it,
+    Triton's JIT will launch it, so into Triton's own cache: in a worker process when one is ready
+    (warmup then finds it there), else here."""
+    start, stages, where = time.perf_counter(), {}, "failed"
+    try:
+        if static is not None:
+            where = cached_compile(launch, workers, target, stages)
+            return
+        where = "here"
+        if workers is not None:
+            from .compile_worker import task
+            try:
+                work = task(launch, target)
+            except Exception as e:  # a Triton whose JIT this does not know: compile here
+                log.debug("%s: not compiled in a worker: %s", getattr(launch.kernel, "__name__", launch.kernel), e)
+            else:
+                if workers.compile(work, stages):
+                    where = "worker"
+        _current.stages = {} if where == "here" else None
         try:
-            work = task(launch, target)
-        except Exception as e:  # a Triton whose JIT this does not know: compile here
-            log.debug("%s: not compiled in a worker: %s", getattr(launch.kernel, "__name__", launch.kernel), e)
-        else:
-            workers.compile(work)
-    launch.warmup()
+            launch.warmup()
+        finally:
+            stages, _current.stages = _current.stages or stages, None
+    except Exception as e:
+        stages["error"] = f"{type(e).__name__}: {e}"
+        raise
+    finally:
+        if launch.timing is not None:
+            launch.timing.kernel(getattr(launch.kernel, "__name__", "?"), where, start, stages,
+                                 stages.pop("hit", False))
+
+
+# ---- The kernel cache: compiled kernels on disk, keyed by what makes their binary ----
+
+_inflight = {}  # kernel cache entry (path) -> Event, set once its compile (in this process) is over
+_inflight_lock = threading.Lock()
+_headers = {}   # generated module's path -> the helper functions its kernels may call
+
+
+def kernel_dir():
+    path = os.path.join(cache_dir(), "kernels")
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+def _helpers(fn):
+    """The part of the module of JITFunction ``fn`` that its kernel may call besides itself: in a
+    generated module, the helpers above the first kernel (less the first line, which counts the
+    kernels); elsewhere, the whole file."""
+    path = sys.modules[fn.fn.__module__].__file__
+    if path not in _headers:
+        with open(path) as f:
+            text = f.read()
+        at = text.find("\n# computes ")
+        _headers[path] = text if at < 0 else text[text.find("\n") + 1:at]
+    return _headers[path]
+
+
+def kernel_key(fn, spec, target):
+    """What the binary of JITFunction ``fn`` compiled for ``spec`` (compile_worker.spec: signature,
+    constexprs, alignment attributes, options with num_warps, num_stages, debug...) and ``target``
+    (backend, arch, warp size) depends on: its source with its name left out (identical kernels
+    of any graph share one entry), the helpers it may call, Triton's version and its backend's
+    (ptxas's version), and the environment variables Triton's own cache key takes."""
+    import triton
+    from triton._C.libtriton import get_cache_invalidating_env_vars
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler.compiler import make_backend
+    target = tuple(target)
+    parts = [re.sub(r"def \w+\(", "def KERNEL(", fn.src, count=1), _helpers(fn), repr(spec), repr(target),
+             triton.__version__, make_backend(GPUTarget(*target)).hash(),
+             repr(sorted(get_cache_invalidating_env_vars().items()))]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
+
+
+def load_cached(key, fn, spec):
+    """The kernel cache's entry ``key`` as Triton's CompiledKernel of ``fn``, or None. Its cubin may
+    name the kernel otherwise than ``fn`` (an identical kernel compiled first): ``.name`` says."""
+    from triton.compiler import ASTSource
+    from triton.compiler.compiler import CompiledKernel
+    base = os.path.join(kernel_dir(), key)
+    if not os.path.exists(base + ".json"):
+        return None
+    c = CompiledKernel(ASTSource(fn, *spec[:3]), {"kernel.json": base + ".json", "kernel.cubin": base + ".cubin"},
+                       key)
+    c._cubin_path = base + ".cubin"
+    return c
+
+
+def cached_compile(launch, workers, target, stages):
+    """Leave ``launch``'s compiled kernel in ``launch.warm``: from the kernel cache, or compiled
+    into it (in a worker process when one is ready, else here) once per process for all the
+    launch sites of one key. Returns where it came from: "cached", "shared" (compiled for another
+    site), "worker" or "here"."""
+    from .compile_worker import spec as spec_of, store_compiled, task
+    spec = spec_of(launch)
+    key = kernel_key(launch.kernel, spec, (target.backend, target.arch, target.warp_size))
+    base = os.path.join(kernel_dir(), key)
+    with _inflight_lock:
+        done = _inflight.get(base)
+        if done is None:
+            _inflight[base] = threading.Event()
+    if done is not None:
+        done.wait()
+        where = "shared"
+    else:
+        try:
+            where = "cached" if os.path.exists(base + ".json") else "here"
+            if where == "here" and workers is not None and workers.compile(task(launch, target, base), stages):
+                where = "worker"
+            if where == "here":
+                import triton
+                from triton.compiler import ASTSource
+                _current.stages = stages
+                try:
+                    c = triton.compile(ASTSource(launch.kernel, *spec[:3]), target=target,
+                                       options=spec[3])
+                finally:
+                    _current.stages = None
+                store_compiled(c.metadata_group, base)
+        finally:
+            _inflight[base].set()
+    launch.warm = load_cached(key, launch.kernel, spec)
+    if launch.warm is None:
+        raise RuntimeError(f"kernel {key} is not in the kernel cache")
+    return where
 
 
 def static_launcher():
@@ -238,7 +524,7 @@ class Launch:
     a launch is never specialized wrongly."""
 
     __slots__ = ("kernel", "grid", "num_warps", "dtypes", "constexprs", "compiled", "device", "aligned", "tail",
-                 "warm", "static", "options", "pending")
+                 "warm", "static", "options", "pending", "timing")
 
     def __init__(self, kernel, grid, num_warps, dtypes, **constexprs):
         self.kernel, self.grid, self.num_warps, self.constexprs = kernel, grid, num_warps, constexprs
@@ -246,7 +532,7 @@ class Launch:
         # Triton's int32 overflow checks, which debug would also turn on, stay off
         self.options = {"sanitize_overflow": False} if getattr(kernel, "debug", None) else {}
         self.dtypes = dtypes  # of the pointer arguments, for warmup()
-        self.compiled = self.warm = self.static = self.pending = None
+        self.compiled = self.warm = self.static = self.pending = self.timing = None
 
     def warmup(self):
         """Compile for 16-byte aligned arguments of these dtypes (what a first call will
@@ -262,12 +548,14 @@ class Launch:
             from triton import knobs
             from triton.runtime.driver import driver
             c = self.warm
-            path = os.path.join(cache_dir(), "cubin", f"{c.hash}.cubin")
-            if not os.path.exists(path):
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                _write(path, c.asm["cubin"])
-            c._cubin_path = path
+            if getattr(c, "_cubin_path", None) is None:  # (one from Triton's JIT)
+                path = os.path.join(cache_dir(), "cubin", f"{c.hash}.cubin")
+                if not os.path.exists(path):
+                    os.makedirs(os.path.dirname(path), exist_ok=True)
+                    _write(path, c.asm["cubin"])
+                c._cubin_path = path
             k = cls(c)
+            k.name = c.name  # the kernel's name in the cubin (one compiled for an identical kernel has its own)
             device = driver.active.get_current_device()
             k.load_kernel(device)
             # scratch pointers this Triton adds to every kernel's parameters (always null for ours)
@@ -287,6 +575,8 @@ class Launch:
     def __call__(self, stream, *args):
         """Launch on ``args``; ``stream`` is launch_stream()'s answer for this wrapper call."""
         s = self.static
+        if s is not None and stream is None:  # (a stream the call took before the first kernel was loaded)
+            stream = launch_stream()
         if s is not None and stream is not None and stream[0] == self.device:
             for a in args:
                 if a.data_ptr() & 15:
@@ -315,14 +605,19 @@ class Launch:
         if pending is None:  # another thread's first call got here first
             return
         warm, build, static = pending
+        t = time.perf_counter()
         if build is not None:
             build.result()
         error = warm.exception()
+        t2 = time.perf_counter()
         if error is not None:
             log.debug("%s: compiled at its first launch (ahead: %s)", getattr(self.kernel, "__name__", self.kernel),
                       error)
         elif static is not None:
             self.load_static(static)
+        if self.timing is not None:
+            self.timing.add("wait", t2 - t)
+            self.timing.add("load", time.perf_counter() - t2)
 
     def owned(self, stream, *args):
         """A launch whose arguments are all buffers the wrapper allocated (offset 0, so 16-byte
