@@ -405,3 +405,16 @@ def test_the_compile_profile_tool_measures_offline_and_a_warm_process(tmp_path):
     assert cold["stage_cubin"] > 0 and cold["first_step"] > cold["aot_autograd"] > 0
     assert warm["generated"] == warm["compiled"] == 0 and warm["cached"] == cold["kernels"] - cold["shared"]
     assert "| gpt infer cold | " in tool.row("gpt infer cold", cold)
+
+
+def test_restride_keeps_a_result_that_differs_only_in_size_one_strides():
+    """A size-1 dimension's stride addresses nothing: a fallback's result whose strides differ
+    from the trace's only there is used as it is; any other difference is copied into the traced
+    layout."""
+    import torch
+    from pydynamo.backends.triton.runtime import restride
+    t = torch.randn(2, 16, 1, 1).as_strided((2, 16, 1, 1), (16, 1, 16, 16))
+    assert restride(t, (2, 16, 1, 1), (16, 1, 1, 1)) is t
+    u = torch.randn(2, 3, 4).transpose(1, 2).contiguous().transpose(1, 2)  # strides (12, 1, 3)
+    r = restride(u, (2, 3, 4), (12, 4, 1))
+    assert r is not u and r.stride() == (12, 4, 1) and torch.equal(r, u)

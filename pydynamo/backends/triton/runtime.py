@@ -231,8 +231,12 @@ def load_source(src, key=None):
 
 
 def restride(t, size, stride):
-    """An ATen fallback's result with the strides our kernels were generated for."""
-    if t.stride() == stride:
+    """An ATen fallback's result with the strides our kernels were generated for. The stride of
+    a size-1 dimension is never used to address memory (its index is always 0), so a result that
+    differs only there is taken as it is: cuDNN gives a 1 x 1 map (squeeze-excitation convs) either
+    stride, and a copy would cost a launch and an allocation per call."""
+    got = t.stride()
+    if got == stride or all(a == b or n == 1 for n, a, b in zip(size, got, stride)):
         return t
     out = torch.empty_strided(size, stride, dtype=t.dtype, device=t.device)
     return out.copy_(t)
