@@ -5,7 +5,10 @@
 On CUDA with the benchmark sizes; on the CPU (TRITON_INTERPRET=1 is set) with the small ones.
 Convolutions, matmuls and attention are ATen calls by design (as in Inductor's default mode);
 the rest is what the backend does not lower yet. An internal error of the backend is shown too
-(PYDYNAMO_TRITON_STRICT=1: it raises instead of running the graph with ATen).
+(PYDYNAMO_TRITON_STRICT=1: it raises instead of running the graph with ATen). Also shown, for the
+second call: the ATen results copied into another layout because their strides differ from the
+traced ones (runtime.restride: each a launch and an allocation per call), and the peak memory
+(CUDA) of that call beyond what was allocated before it.
 """
 import argparse
 import collections
@@ -39,6 +42,17 @@ def main():
         seen[str(node.target)] += 1
         return original(self, node, args, kwargs)
     lowering.GraphLowering.fallback = counting
+    from pydynamo.backends.triton import runtime
+    copies, ncopies = collections.Counter(), collections.Counter()
+    restride = runtime.restride
+
+    def counting_restride(t, size, stride):  # generated modules import it when they are loaded
+        out = restride(t, size, stride)
+        if out is not t:
+            copies[(tuple(size), tuple(t.stride()), tuple(stride))] += t.numel() * t.element_size()
+            ncopies["all"] += 1
+        return out
+    runtime.restride = counting_restride
     by_design = ("convolution", "mm.", "addmm", "bmm", "attention", "_cudnn", "_efficient")
     for name in a.models.split(","):
         for mode in a.modes.split(","):
@@ -47,18 +61,35 @@ def main():
             model, inputs = models.make(name, size, device)
             model, inputs = _prepare(model, inputs, mode, a.dtype, a.channels_last)
             model.train(mode == "train")
-            status = "ok"
-            try:
+            status, peak = "ok", float("nan")
+            compiled = pydynamo.optimize("triton")(model)
+
+            def call():
                 with _autocast(a.dtype, mode, device), torch.set_grad_enabled(mode == "train"):
-                    out = _first_tensor(pydynamo.optimize("triton")(model)(*inputs))
+                    out = _first_tensor(compiled(*inputs))
                 if mode == "train":
                     out.float().pow(2).mean().backward()
+            try:
+                call()
+                copies.clear()
+                ncopies.clear()
+                if device == "cuda":
+                    torch.cuda.synchronize()
+                    base = torch.cuda.memory_allocated()
+                    torch.cuda.reset_peak_memory_stats()
+                call()
+                if device == "cuda":
+                    torch.cuda.synchronize()
+                    peak = (torch.cuda.max_memory_allocated() - base) / 2 ** 20
             except Exception as e:
                 status = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
             other = {k: v for k, v in seen.items() if not any(d in k for d in by_design)}
             aten = sum(v for k, v in seen.items() if k not in other)
             print(f"{name} {mode}: {status}; by design (conv/matmul/attention): {aten}; "
-                  f"others: {dict(sorted(other.items())) or 'none'}", flush=True)
+                  f"others: {dict(sorted(other.items())) or 'none'}; peak MB {peak:.0f}; layout copies per "
+                  f"call: {ncopies['all']} ({sum(copies.values()) / 2 ** 20:.1f} MB)", flush=True)
+            for (size, got, want), nbytes in copies.most_common(5):
+                print(f"    copied {size}: strides {got} -> {want}, {nbytes / 2 ** 20:.1f} MB", flush=True)
 
 
 if __name__ == "__main__":
