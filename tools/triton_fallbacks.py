@@ -25,6 +25,13 @@ def main():
     p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"])
     p.add_argument("--channels-last", action="store_true")
     a = p.parse_args()
+    import atexit
+    import shutil
+    import tempfile
+    # a fresh cache: a graph found in the disk cache is not lowered again (nothing to count)
+    cache = tempfile.mkdtemp(prefix="pydynamo-fallbacks-")
+    atexit.register(shutil.rmtree, cache, True)
+    os.environ["PYDYNAMO_CACHE_DIR"] = cache
     import torch
     if not torch.cuda.is_available():
         os.environ.setdefault("TRITON_INTERPRET", "1")
