@@ -1056,3 +1056,22 @@ def test_wrapper_overhead_tool_runs_the_wrappers_on_meta_tensors(tmp_path, monke
         call = wo.wrapper_call(src, consts, str(tmp_path), i)
         outs = call([torch.empty_strided(s, st, dtype=d, device="meta") for s, st, d in layouts])
         assert outs and all(o.device.type == "meta" for o in outs if isinstance(o, torch.Tensor))
+
+
+def test_input_check_ignores_strides_of_size_one_dims(sources):
+    """An input whose strides differ from the trace's only in size-1 dims (which address
+    nothing) runs the generated kernels; one that differs elsewhere still takes the ATen path, and
+    both are right."""
+    def f(m, x):
+        return x * m + 1
+    m, x = r(2, 1, 1, 8), r(2, 4, 3, 8)
+    gm = torch.fx.symbolic_trace(f)
+    compiled = triton_backend(gm, [m, x])
+    (src,) = sources()
+    assert re.search(r"strides_0\(arg0_1\.stride\(\)\) != \(8, 1\)", src)
+    odd_ones = torch.randn(2, 8).as_strided((2, 1, 1, 8), (8, 3, 5, 1))
+    torch.testing.assert_close(compiled(odd_ones, x), f(odd_ones, x))
+    other = torch.randn(8, 2).t().reshape(2, 1, 1, 8)  # a copy: contiguous again
+    torch.testing.assert_close(compiled(other, x), f(other, x))
+    strided_x = r(2, 4, 3, 16)[..., ::2]
+    torch.testing.assert_close(compiled(m, strided_x), f(m, strided_x))

@@ -442,7 +442,15 @@ class WrapperCodegen:
 
     def _module(self):
         g = self.g
-        checks = [f"{b.name}.stride() != {b.stride}" for b in g.inputs if any(s > 1 for s in b.shape)]
+        checks, getters = [], []
+        for b in g.inputs:
+            used = [i for i, n in enumerate(b.shape) if n > 1]
+            if len(used) == len(b.shape):
+                checks.append(f"{b.name}.stride() != {b.stride}")
+            elif used:  # a size-1 dim's stride addresses nothing: any value is the traced layout
+                getters.append(f"    strides_{len(getters)} = itemgetter({', '.join(map(str, used))}{',' if len(used) == 1 else ''})")
+                want = tuple(b.stride[i] for i in used)
+                checks.append(f"strides_{len(getters) - 1}({b.name}.stride()) != {want}")
         body = [f"{', '.join(b.name for b in g.inputs)}{',' if len(g.inputs) == 1 else ''} = args"] if g.inputs else []
         if checks:
             body += [f"if {' or '.join(checks)}:", "    return fallback(args)  # strides differ from the trace"]
@@ -461,6 +469,8 @@ class WrapperCodegen:
         out += [WRAPPER_HEADER.format(device=str(g.device)), "def make(constants, fallback):"]
         if consts:
             out += [f"    {', '.join(consts)}, = constants"]
+        if getters:
+            out += ["    from operator import itemgetter"] + getters
         out += ["    " + l for l in self.launches]
         if self.launches:
             out += [f"    precompile([{', '.join(f'launch_{i}' for i in range(len(self.launches)))}])"]
