@@ -1071,6 +1071,10 @@ def test_input_check_ignores_strides_of_size_one_dims(sources):
     assert re.search(r"strides_0\(arg0_1\.stride\(\)\) != \(8, 1\)", src)
     odd_ones = torch.randn(2, 8).as_strided((2, 1, 1, 8), (8, 3, 5, 1))
     torch.testing.assert_close(compiled(odd_ones, x), f(odd_ones, x))
+    column = triton_backend(torch.fx.symbolic_trace(lambda c: c * 2), [r(6, 1)])  # one dim left
+    assert "strides_0(arg0_1.stride()) != 1:" in sources()[-1]
+    c = r(6, 1)
+    torch.testing.assert_close(column(c), c * 2)
     other = torch.randn(8, 2).t().reshape(2, 1, 1, 8)  # a copy: contiguous again
     torch.testing.assert_close(compiled(other, x), f(other, x))
     strided_x = r(2, 4, 3, 16)[..., ::2]

@@ -448,8 +448,9 @@ class WrapperCodegen:
             if len(used) == len(b.shape):
                 checks.append(f"{b.name}.stride() != {b.stride}")
             elif used:  # a size-1 dim's stride addresses nothing: any value is the traced layout
-                getters.append(f"    strides_{len(getters)} = itemgetter({', '.join(map(str, used))}{',' if len(used) == 1 else ''})")
-                want = tuple(b.stride[i] for i in used)
+                # itemgetter of one index gives the item, of several a tuple
+                getters.append(f"    strides_{len(getters)} = itemgetter({', '.join(map(str, used))})")
+                want = b.stride[used[0]] if len(used) == 1 else tuple(b.stride[i] for i in used)
                 checks.append(f"strides_{len(getters) - 1}({b.name}.stride()) != {want}")
         body = [f"{', '.join(b.name for b in g.inputs)}{',' if len(g.inputs) == 1 else ''} = args"] if g.inputs else []
         if checks:
