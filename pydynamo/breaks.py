@@ -155,7 +155,7 @@ ENTRIES = [
           example="call to torch.optim.Optimizer.zero_grad, which torch marks as never traced "
                   "(torch._disable_dynamo: global state, optimizers, checkpoint internals)"),
     Break("PD205", "an explicit graph break (graph_break(), disallow_in_graph)",
-          "The program asked for a break: pydynamo.graph_break() / torch._dynamo.graph_break(), "
+          "The program asked for a break: pydynamo.graph_break() (or torch's own graph_break()), "
           "or a call to a function marked disallow_in_graph.",
           "remove the graph_break() call or the disallow_in_graph mark to capture across it",
           (r"^call to graph_break\(\)", r"marked disallow_in_graph"),

@@ -27,7 +27,7 @@ import torch.utils._pytree as pytree
 
 from ..exc import DataDependentError, Unsupported
 from ..source import Source
-from .base import VariableTracker
+from .base import ObjectVariable, VariableTracker
 from .constant import ConstantVariable
 
 # Attributes of an array that its (static) metadata answers.
@@ -431,19 +431,9 @@ def is_numpy_function(value):
     return _numpy_name(value) is not None
 
 
-class NumpyFunctionVariable(VariableTracker):
+class NumpyFunctionVariable(ObjectVariable):
     """``numpy.sin``, ``numpy.linalg.norm``...: a call is a graph node of its ``torch._numpy``
     twin, checked against NumPy itself."""
-
-    def __init__(self, value, source=None):
-        super().__init__(source)
-        self.value = value
-
-    def python_type(self):
-        return type(self.value)
-
-    def as_python_constant(self):
-        return self.value
 
     def call_function(self, tx, args, kwargs):
         module, name = _numpy_name(self.value)
@@ -451,11 +441,6 @@ class NumpyFunctionVariable(VariableTracker):
         if twin is None or not callable(twin):
             raise Unsupported(f"{module}.{name} has no equivalent in torch's NumPy layer")
         return numpy_call(tx, f"{module}.{name}", twin, list(args), dict(kwargs), numpy_fn=self.value)
-
-    def reconstruct(self, codegen):
-        if self.source is not None:
-            return self.source.reconstruct(codegen)
-        codegen.load_const(self.value)
 
     def _repr_value(self):
         return getattr(self.value, "__name__", repr(self.value))
