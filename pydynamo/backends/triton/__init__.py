@@ -67,8 +67,10 @@ def triton_backend(gm, example_inputs):
             (runtime.deferred_precompile() if eager_bw else contextlib.nullcontext()):
         # hook off for the backward's compile (at the first backward) and both graphs' runtime
         compiler = compiler_without_hook(functools.partial(compile_aten_graph, timing=timing))
+        inference = compiler_without_hook(functools.partial(compile_aten_graph, timing=timing, inference=True))
         compiled = aot_module_simplified(gm, example_inputs, fw_compiler=compiler,
-                                         bw_compiler=compiler, decompositions=decomposition_table(),
+                                         bw_compiler=compiler, inference_compiler=inference,
+                                         decompositions=decomposition_table(),
                                          partition_fn=min_cut_rematerialization_partition)
     # what AOTAutograd took, our graph compiles (timed as their phases) left out
     timing.add("aot_autograd", time.perf_counter() - start - sum(timing.phases.values()))
@@ -107,16 +109,20 @@ def _boxed(fn):
     return fn
 
 
-def compile_aten_graph(gm, example_inputs, timing=None):
+def compile_aten_graph(gm, example_inputs, timing=None, inference=False):
     """ATen graph -> boxed callable (takes the list of inputs), via the disk cache. ``timing``: a
-    runtime.Timing that gets the phases' times."""
-    from . import runtime
+    runtime.Timing that gets the phases' times. ``inference``: a graph with no backward, whose
+    convolutions may be made channels-last (layout.py)."""
+    from . import layout, runtime
 
     def eager(args):
         return gm(*args)
     timing = timing or runtime.Timing()
     timing.graphs += 1
     try:
+        if inference and layout.wanted(gm):
+            with timing.phase("layout"):
+                layout.channels_last_convolutions(gm)
         with timing.phase("graph_key"):
             key = graph_key(gm)
             src = runtime.lookup_graph(key)
@@ -174,6 +180,7 @@ def graph_key(gm):
     parts = [gm.code, _generator_hash(), torch.__version__, triton.__version__,
              os.environ.get("TRITON_INTERPRET", "0"),
              os.environ.get("PYDYNAMO_TRITON_SPLIT_REDUCTIONS", "1"),
+             os.environ.get("PYDYNAMO_TRITON_LAYOUT_OPT", "auto"),
              # deterministic mode lowers index_put / scatter_add to ATen instead of atomics
              str(torch.are_deterministic_algorithms_enabled()),
              repr((scheduler.PERSISTENT_MAX, scheduler.COLUMN_PERSISTENT_MAX, kernel.LOOP_RBLOCK,

@@ -3,6 +3,7 @@ scatter of one index per row (a one-hot), cat and constant padding (masked loads
 its gradients (masked window loads); and that write at computed positions: index_put and
 scatter_add (a kernel of atomic adds)."""
 import math
+import operator
 
 import torch
 
@@ -257,9 +258,14 @@ def max_pool2d(g, node, x, kernel_size, stride=(), padding=0, dilation=1, ceil_m
                       lambda k, idx: k.emit(ops.cast(window(k, idx)[0], acc, vals.dtype)), 2 * kh * kw)
     index = Pointwise(inds.shape, inds.dtype, lambda k, idx: window(k, idx)[1], 2 * kh * kw)
     value.reads = index.reads = reads_of(x)
-    # both stored now, by one kernel: the indices are mostly kept for the backward, and stored
-    # later they would read every window again
-    return g.realize(value), g.realize(index)
+    # both stored now, by one kernel, laid out as traced (a channels-last input gives
+    # channels-last results, walked in that order): the indices are mostly kept for the backward,
+    # and stored later they would read every window again. Unused (inference), they are never
+    # computed: int64 indices are four times the bytes of bf16 values
+    value = g.realize(value, val=vals)
+    if any(u.target is not operator.getitem or u.args[1] != 0 for u in node.users):
+        index = g.realize(index, val=inds)
+    return value, index
 
 
 @lowering(aten.embedding.default)

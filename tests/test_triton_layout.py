@@ -1,0 +1,135 @@
+"""Channels-last layouts in the triton backend (CPU, Triton's interpreter): the inference-graph
+rewrite that runs convolutions channels-last (layout.py, on by default on CUDA, forced here with
+PYDYNAMO_TRITON_LAYOUT_OPT=1), and pooling results laid out as eager lays them out."""
+import logging
+import os
+import tempfile
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+os.environ.setdefault("PYDYNAMO_CACHE_DIR", tempfile.mkdtemp(prefix="pydynamo-test-cache-"))
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+pytest.importorskip("triton")
+
+import pydynamo  # noqa: E402
+from pydynamo.backends.triton import layout  # noqa: E402
+
+os.environ["PYDYNAMO_TRITON_STRICT"] = "1"
+
+
+@pytest.fixture
+def layout_opt(monkeypatch, caplog):
+    """Turns the rewrite on; yields the generated sources logged meanwhile."""
+    monkeypatch.setenv("PYDYNAMO_TRITON_LAYOUT_OPT", "1")
+    caplog.set_level(logging.INFO, logger="pydynamo.output_code")
+    calls = []
+    orig = layout.channels_last_convolutions
+
+    def spy(gm):
+        calls.append(orig(gm))
+        return calls[-1]
+    monkeypatch.setattr(layout, "channels_last_convolutions", spy)
+    pydynamo.reset()
+    yield lambda: ([r.args[1] for r in caplog.records if r.name == "pydynamo.output_code"], calls)
+    pydynamo.reset()
+
+
+class Block(torch.nn.Module):
+    """An EfficientNet-like block: stem conv, batch norm, SiLU, depthwise conv, squeeze-excite
+    gate, pointwise conv."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(8)
+        self.dw = torch.nn.Conv2d(8, 8, 3, padding=1, groups=8)
+        self.pw = torch.nn.Conv2d(8, 16, 1)
+
+    def forward(self, x):
+        y = F.silu(self.bn(self.c1(x)))
+        z = self.pw(self.dw(y) * y.mean((2, 3), keepdim=True).sigmoid())
+        return z, z.mean((2, 3)), y.sum(1, keepdim=True), y + 1
+
+
+def _same(got, want):
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
+        assert g.stride() == w.stride(), "an output's strides differ from eager's"
+
+
+def test_inference_convolutions_run_channels_last(layout_opt):
+    torch.manual_seed(0)
+    m = Block().eval()
+    x = torch.randn(2, 3, 12, 12)
+    with torch.no_grad():
+        got = pydynamo.optimize("triton")(m)(x)
+        _same(got, m(x))
+    srcs, calls = layout_opt()
+    assert calls == [True]
+    (src,) = srcs
+    # the image and the stem's weight are copied channels-last; every convolution's result is
+    # channels-last (restride to NHWC strides), and NCHW outputs come back as eager gives them
+    assert "empty_strided((2, 3, 12, 12), (432, 1, 36, 3)" in src
+    assert src.count("torch.ops.aten.convolution.default") == 3
+    assert "restride(buf2, (2, 8, 12, 12), (1152, 1, 96, 8))" in src or "(1152, 1, 96, 8)" in src
+
+
+def test_training_graphs_keep_their_layout(layout_opt):
+    m = Block()
+    x = torch.randn(2, 3, 12, 12, requires_grad=True)
+    out = pydynamo.optimize("triton")(m)(x)
+    sum(o.sum() for o in out).backward()
+    want = m(x)
+    _same(out, want)
+    assert layout_opt()[1] == []  # only inference graphs are rewritten
+
+
+def test_a_view_output_of_a_changed_tensor_leaves_the_graph_as_it_was(layout_opt):
+    m = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU()).eval()
+    x = torch.randn(2, 3, 9, 9)
+    with torch.no_grad():
+        got = pydynamo.optimize("triton")(lambda x: m(x)[:, :4])(x)
+        want = m(x)[:, :4]
+    _same([got], [want])
+    assert layout_opt()[1] == [False]
+
+
+def test_as_strided_of_a_changed_tensor_leaves_the_graph_as_it_was(layout_opt):
+    m = torch.nn.Conv2d(3, 4, 3).eval()
+    x = torch.randn(1, 3, 5, 5)
+
+    def f(x):
+        y = m(x) * 2   # NCHW (1, 4, 3, 3): as_strided reads its memory in that order
+        return torch.as_strided(y, (4, 9), (1, 4)) + 1
+    with torch.no_grad():
+        got = pydynamo.optimize("triton")(f)(x)
+        want = f(x)
+    _same([got], [want])
+    assert layout_opt()[1] == [False]
+
+
+def test_channels_last_inputs_need_no_rewrite(layout_opt):
+    m = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU()).eval()
+    m = m.to(memory_format=torch.channels_last)
+    x = torch.randn(2, 3, 9, 9).contiguous(memory_format=torch.channels_last)
+    with torch.no_grad():
+        got = pydynamo.optimize("triton")(m)(x)
+        _same([got], [m(x)])
+    assert layout_opt()[1] == [False]  # nothing to rewrite
+
+
+def test_max_pool_follows_a_channels_last_input_and_skips_unused_indices(caplog):
+    caplog.set_level(logging.INFO, logger="pydynamo.output_code")
+    pydynamo.reset()
+    m = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                            torch.nn.MaxPool2d(3, 2, 1)).eval().to(memory_format=torch.channels_last)
+    x = torch.randn(2, 3, 16, 16).contiguous(memory_format=torch.channels_last)
+    with torch.no_grad():
+        got = pydynamo.optimize("triton")(m)(x)
+        _same([got], [m(x)])
+    (src,) = [r.args[1] for r in caplog.records if r.name == "pydynamo.output_code"]
+    assert "torch.int64" not in src  # the indices are not stored: nothing reads them
+    pydynamo.reset()
