@@ -133,3 +133,27 @@ def test_max_pool_follows_a_channels_last_input_and_skips_unused_indices(caplog)
     (src,) = [r.args[1] for r in caplog.records if r.name == "pydynamo.output_code"]
     assert "torch.int64" not in src  # the indices are not stored: nothing reads them
     pydynamo.reset()
+
+
+@pytest.mark.parametrize("shape", [(4, 32, 16, 16), (2, 8, 3, 5), (3, 1, 4, 4)])
+def test_reductions_of_channels_last_tensors_walk_memory_order(caplog, shape):
+    """A mean over H and W of a channels-last tensor reduces columns with neighbouring channels
+    side by side (split in two stages when there are few outputs), a sum over channels reduces
+    rows along memory, batch-norm statistics over N, H, W likewise: all equal eager."""
+    caplog.set_level(logging.INFO, logger="pydynamo.output_code")
+    pydynamo.reset()
+    x = torch.randn(shape).contiguous(memory_format=torch.channels_last)
+
+    def f(x):
+        return ((x.sigmoid() * x).mean((2, 3), keepdim=True), x.sum(1), x.amax((2, 3)),
+                torch.var_mean(x, (0, 2, 3)))
+    got = pydynamo.optimize("triton")(f)(x)
+    want = f(x)
+    for g, w in zip(torch.utils._pytree.tree_leaves(got), torch.utils._pytree.tree_leaves(want)):
+        torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
+    (src,) = [r.args[1] for r in caplog.records if r.name == "pydynamo.output_code"]
+    if shape == (4, 32, 16, 16):
+        # the first kernel (the mean's first stage) counts channels fastest: x1 is the channel
+        first = src[src.index("\ndef triton_"):]
+        assert "x1 = xindex % 32" in first.split("\n@triton.jit")[0]
+    pydynamo.reset()

@@ -230,10 +230,12 @@ class View(Node):
 class Reduction(Node):
     """Reduce ``inner`` (a function of an index into ``in_shape``) over ``dims`` with ``kind``:
     sum, max, min, or sumexp (sum(exp(v - max(v))), softmax's denominator, in one pass).  The
-    output has ``in_shape`` with ``dims`` dropped (or kept as 1s)."""
+    output has ``in_shape`` with ``dims`` dropped (or kept as 1s). ``in_stride``: the strides of
+    what it reads, whose memory order its kernel walks (None: logical order)."""
 
-    def __init__(self, in_shape, dims, kind, inner, dtype, keepdim):
+    def __init__(self, in_shape, dims, kind, inner, dtype, keepdim, in_stride=None):
         self.in_shape, self.dims, self.kind, self.inner = tuple(in_shape), tuple(sorted(dims)), kind, inner
+        self.in_stride = None if in_stride is None else tuple(in_stride)
         self.dtype, self.keepdim = dtype, keepdim
         self.shape = tuple((1 if d in self.dims else s) for d, s in enumerate(in_shape)
                            if keepdim or d not in self.dims)

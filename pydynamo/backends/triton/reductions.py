@@ -35,12 +35,24 @@ def reduction(g, node, x, dims, keepdim, kind, out_dtype, post=None, pre=None):
         v = ops.cast(x.load(k, index), x.dtype, acc)
         return k.emit(pre(v) if pre else v)
     dims = _dims(x, dims)
-    parts = split_factor(x.shape, dims)
+    stride = _traced_stride(node, x)
+    parts = split_factor(x.shape, dims, stride)
     if parts > 1:
-        return _split_reduction(g, tuple(x.shape), dims, keepdim, kind, out_dtype, acc, inner, post, parts)
-    red = Reduction(x.shape, dims, kind, inner, out_dtype, keepdim)
+        return _split_reduction(g, tuple(x.shape), dims, keepdim, kind, out_dtype, acc, inner, post, parts,
+                                stride)
+    red = Reduction(x.shape, dims, kind, inner, out_dtype, keepdim, stride)
     red.acc_dtype, red.post = acc, post
     return g.realize(red)
+
+
+def _traced_stride(node, x):
+    """The strides the reduced tensor (the node's first argument) had when traced, whose memory
+    order the kernel walks; None where unknown (then: logical order)."""
+    a = node.args[0] if node.args else None
+    val = a.meta.get("val") if isinstance(a, torch.fx.Node) else None
+    if isinstance(val, torch.Tensor) and tuple(val.shape) == tuple(x.shape):
+        return tuple(val.stride())
+    return None
 
 
 # Split reductions: a reduction with few outputs over many rows - a bias gradient, [2048, 512]
@@ -59,14 +71,15 @@ def _split_block(dims):
     return dims if dims == list(range(dims[0], dims[-1] + 1)) else dims[:1]
 
 
-def split_factor(shape, dims):
-    """How many slices to cut the reduced dims (see _split_block) into; 1: no split."""
+def split_factor(shape, dims, stride=None):
+    """How many slices to cut the reduced dims (see _split_block) into; 1: no split. ``stride``:
+    as for Space."""
     if os.environ.get("PYDYNAMO_TRITON_SPLIT_REDUCTIONS", "1") == "0" or not dims:
         return 1
     rnumel = math.prod(shape[d] for d in dims)
     block = math.prod(shape[d] for d in _split_block(dims))
     xnumel = math.prod(shape) // max(1, rnumel)
-    if Space(shape, dims).inner:  # rows along memory: a program per row, looping over it
+    if Space(shape, dims, stride).inner:  # rows along memory: a program per row, looping over it
         programs, min_rows, min_rnumel = xnumel, 2048, 16384
     else:                         # columns: 64 of them per program (kernel.COLUMN_XBLOCK)
         programs, min_rows, min_rnumel = -(-xnumel // 64), 32, 256
@@ -89,12 +102,17 @@ def _unflatten(flat, sizes):
     return out
 
 
-def _split_reduction(g, shape, dims, keepdim, kind, out_dtype, acc, inner, post, parts):
+def _split_reduction(g, shape, dims, keepdim, kind, out_dtype, acc, inner, post, parts, stride=None):
     """Reduce ``dims`` of ``shape`` in two stages (see split_factor): the block of dims that is
     cut becomes (parts, rows); stage 1 reduces the rows and any other reduced dims into
     partials, stage 2 reduces the parts."""
     block = _split_block(dims)
     b0, bk = block[0], block[-1]
+    stride1 = None
+    if stride is not None and all(shape[d] == 1 or stride[d] == stride[d + 1] * shape[d + 1] for d in block[:-1]):
+        # the block is one run of memory (a channels-last H, W): stage 1 walks it as it lies
+        step = stride[bk]
+        stride1 = stride[:b0] + (step * (math.prod(shape[d] for d in block) // parts), step) + stride[bk + 1:]
     rest = [d for d in dims if d not in block]   # all after the block
     total = math.prod(shape[d] for d in dims)
     rows = math.prod(shape[d] for d in block) // parts
@@ -104,7 +122,7 @@ def _split_reduction(g, shape, dims, keepdim, kind, out_dtype, acc, inner, post,
     def inner1(k, index):
         flat = Affine.lift(index[b0]) * rows + index[b0 + 1]
         return inner(k, list(index[:b0]) + _unflatten(flat, shape[b0:bk + 1]) + list(index[b0 + 2:]))
-    red1 = Reduction(shape1, [b0 + 1] + [d + shift for d in rest], kind, inner1, acc, True)
+    red1 = Reduction(shape1, [b0 + 1] + [d + shift for d in rest], kind, inner1, acc, True, stride1)
     red1.acc_dtype, red1.post = acc, None
     partial = g.realize(red1)  # shape1 with the rows and the rest reduced to 1s
     # stage 2: reduce the parts, laid out as the output (keepdim's 1s where dims were reduced)

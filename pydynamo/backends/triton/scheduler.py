@@ -33,20 +33,22 @@ class Space:
     def __init__(self, shape, dims=None, stride=None):
         self.shape, self.dims = tuple(shape), (None if dims is None else tuple(dims))
         dims = self.dims or ()
-        self.xsizes = [(d, s) for d, s in enumerate(self.shape) if d not in dims]
-        if stride is not None and self.dims is None:
-            # a pointwise kernel walks its elements in the memory order of what it stores (a
-            # channels-last output: channels innermost), so neighbouring threads touch neighbouring
-            # addresses; ties (size-1 dims) keep the logical order
-            order = sorted(range(len(self.shape)), key=lambda d: (-stride[d], d))
-            self.xsizes = [(d, self.shape[d]) for d in order]
-        self.rsizes = [(d, s) for d, s in enumerate(self.shape) if d in dims]
+        # the loops walk memory order: a pointwise kernel that of what it stores (a channels-last
+        # output: channels innermost), a reduction that of what it reads (a channels-last mean
+        # over H and W reduces columns, neighbouring channels side by side), so neighbouring
+        # threads touch neighbouring addresses; ties (size-1 dims) keep the logical order. The
+        # loop variables still index dims logically: only the order of iteration changes
+        order = range(len(self.shape)) if stride is None else \
+            sorted(range(len(self.shape)), key=lambda d: (-stride[d], d))
+        self.xsizes = [(d, self.shape[d]) for d in order if d not in dims]
+        self.rsizes = [(d, self.shape[d]) for d in order if d in dims]
+        self.order = tuple(order)
         self.is_row = self.dims is not None
         self.xnumel = math.prod(s for _, s in self.xsizes)
         self.rnumel = math.prod(s for _, s in self.rsizes)
 
     def key(self):
-        return (self.shape, self.dims)
+        return (self.shape, self.dims, self.order)
 
     def full_index(self):
         return [Affine() if s == 1 else Affine.var(("r" if self.is_row and d in self.dims else "x") + str(d), s)
@@ -54,9 +56,10 @@ class Space:
 
     @property
     def inner(self):
-        """Whether the innermost dim (of size > 1) is reduced: rows lie along memory. Otherwise
-        a kernel reduces columns, and reads XBLOCK neighbouring columns at once to coalesce."""
-        big = [d for d, s in enumerate(self.shape) if s > 1]
+        """Whether the innermost dim in memory (of size > 1) is reduced: rows lie along memory.
+        Otherwise a kernel reduces columns, and reads XBLOCK neighbouring columns at once to
+        coalesce."""
+        big = [d for d in self.order if self.shape[d] > 1]
         return bool(big) and big[-1] in (self.dims or ())
 
     def persistent(self):
@@ -78,7 +81,7 @@ class Space:
         if self.is_row:
             kept = [i for d, i in enumerate(full) if d not in self.dims]
             keep1 = [Affine() if d in self.dims else i for d, i in enumerate(full)]
-            if body.shape == tuple(s for d, s in self.xsizes):
+            if body.shape == tuple(s for d, s in enumerate(self.shape) if d not in self.dims):
                 return "x", kept
             if body.shape == tuple(1 if d in self.dims else s for d, s in enumerate(self.shape)):
                 return "x", keep1
@@ -147,7 +150,7 @@ class Group:
         space = self.space
         body = buf.body
         if isinstance(body, Reduction) and not space.is_row:
-            space = Space(body.in_shape, body.dims)
+            space = Space(body.in_shape, body.dims, body.in_stride)
         members = self.members if space is self.space else [p.buf for p in self.members]
         placed = _place_all(space, members, available) if space is not self.space else list(members)
         placed.append(_place_one(space, buf, placed, available))
@@ -217,7 +220,7 @@ def schedule(items, inputs=()):
                         later.available.add(it.name)
                 break
             else:
-                g = Group(Space(it.body.in_shape, it.body.dims) if isinstance(it.body, Reduction)
+                g = Group(Space(it.body.in_shape, it.body.dims, it.body.in_stride) if isinstance(it.body, Reduction)
                           else Space(it.body.in_shape) if isinstance(it.body, Scatter)
                           else Space(it.shape, stride=it.stride))
                 g.available = set(available)
