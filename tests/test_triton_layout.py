@@ -157,3 +157,27 @@ def test_reductions_of_channels_last_tensors_walk_memory_order(caplog, shape):
         first = src[src.index("\ndef triton_"):]
         assert "x1 = xindex % 32" in first.split("\n@triton.jit")[0]
     pydynamo.reset()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_convolution_bias_fuses_into_what_follows(caplog, dtype):
+    """A squeeze-excite gate: convolutions with biases whose uses we lower get no bias in the
+    ATen call; the add is part of the next kernel, rounded as eager rounds it."""
+    caplog.set_level(logging.INFO, logger="pydynamo.output_code")
+    pydynamo.reset()
+    torch.manual_seed(0)
+    c = torch.nn.Conv2d(16, 16, 3, padding=1).to(dtype)
+    r, e = torch.nn.Conv2d(16, 4, 1).to(dtype), torch.nn.Conv2d(4, 16, 1).to(dtype)
+
+    def f(x):
+        x = c(x)
+        return x * e(F.silu(r(x.mean((2, 3), keepdim=True)))).sigmoid()
+    x = torch.randn(2, 16, 8, 8, dtype=dtype)
+    with torch.no_grad():
+        got = pydynamo.optimize("triton")(f)(x)
+        want = f(x)
+    torch.testing.assert_close(got, want, atol=1e-5 if dtype == torch.float32 else 1e-2, rtol=1e-2)
+    (src,) = [r.args[1] for r in caplog.records if r.name == "pydynamo.output_code"]
+    calls = [line for line in src.splitlines() if "aten.convolution.default(" in line]
+    assert len(calls) == 3 and all(", None, [" in line for line in calls)
+    pydynamo.reset()

@@ -35,7 +35,8 @@ VIEW_OPS = {aten.view.default, aten._unsafe_view.default, aten.reshape.default, 
 
 
 def unfuse_bias(gm):
-    """``addmm(bias, a, b)`` -> ``mm(a, b) + bias`` in float32, where every use of the result
+    """Convolutions' biases as adds (see _unfuse_conv_bias), and ``addmm(bias, a, b)`` ->
+    ``mm(a, b) + bias`` in float32, where every use of the result
     (through views) is a pointwise op we lower: the add then fuses into that kernel, and cuBLAS's
     float32 GEMM with a bias epilogue can be much slower than without (a GPT's fc2 on the H100: 125
     against 103 us). In bfloat16 the epilogue measured as fast or a little faster (the bf16 MLP of
@@ -43,20 +44,26 @@ def unfuse_bias(gm):
     it does where the result is saved or feeds ATen. In place on gm."""
     graph = gm.graph
 
-    def pointwise_uses(node):
+    def pointwise_uses(node, lowered=False):
+        """Every use (through views) is a pointwise op we lower (``lowered``: any op we lower)."""
         for user in node.users:
             if user.op != "call_function":
                 return False
             if user.target in VIEW_OPS:
-                if not pointwise_uses(user):
+                if not pointwise_uses(user, lowered):
                     return False
-            elif not (isinstance(user.target, torch._ops.OpOverload) and torch.Tag.pointwise in user.target.tags
-                      and user.target in LOWERINGS):
+            elif not (isinstance(user.target, torch._ops.OpOverload) and user.target in LOWERINGS
+                      and (lowered or torch.Tag.pointwise in user.target.tags)):
                 return False
         return True
 
     changed = False
     for node in list(graph.nodes):
+        if node.op == "call_function" and node.target is aten.convolution.default and len(node.args) == 9 \
+                and not node.kwargs and isinstance(node.args[2], torch.fx.Node) and node.users \
+                and pointwise_uses(node, lowered=True):
+            changed |= _unfuse_conv_bias(graph, node)
+            continue
         if node.op != "call_function" or node.target is not aten.addmm.default or node.kwargs \
                 or len(node.args) != 3 or not node.users or not pointwise_uses(node):
             continue
@@ -76,6 +83,29 @@ def unfuse_bias(gm):
     if changed:
         gm.recompile()
     return gm
+
+
+def _unfuse_conv_bias(graph, node):
+    """``convolution(x, w, b)`` -> ``convolution(x, w, None) + b`` viewed as [C, 1, ...]: ATen adds
+    a convolution's bias with a kernel of its own after cuDNN's (EfficientNet's squeeze-excite
+    convolutions: 32 launches a step); the add then fuses into the pointwise op after it. The
+    same rounding as eager: the convolution's result is rounded to its dtype before the add."""
+    bias = node.args[2]
+    val, bval = node.meta.get("val"), bias.meta.get("val")
+    if not isinstance(val, torch.Tensor) or not isinstance(bval, torch.Tensor) or bval.dim() != 1 \
+            or val.dim() < 3 or bval.shape[0] != val.shape[1] or bval.dtype != val.dtype:
+        return False
+    shape = [bval.shape[0]] + [1] * (val.dim() - 2)
+    with graph.inserting_before(node):
+        conv = graph.call_function(aten.convolution.default, (node.args[0], node.args[1], None) + tuple(node.args[3:]))
+        conv.meta.update(node.meta)
+        view = graph.call_function(aten.view.default, (bias, shape))
+        view.meta["val"] = bval.view(shape)
+        add = graph.call_function(aten.add.Tensor, (conv, view))
+        add.meta.update(node.meta)
+    node.replace_all_uses_with(add)
+    graph.erase_node(node)
+    return True
 
 
 class TensorRef:
