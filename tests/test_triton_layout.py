@@ -77,14 +77,32 @@ def test_inference_convolutions_run_channels_last(layout_opt):
     assert "restride(buf2, (2, 8, 12, 12), (1152, 1, 96, 8))" in src or "(1152, 1, 96, 8)" in src
 
 
-def test_training_graphs_keep_their_layout(layout_opt):
-    m = Block()
+def test_training_graphs_run_channels_last_forward_and_backward(layout_opt, monkeypatch):
+    """The forward saves channels-last activations, the backward's convolution backwards take
+    them as they are; outputs, gradients and running statistics equal eager's."""
+    done = []
+    orig = layout.channels_last_training
+    monkeypatch.setattr(layout, "channels_last_training", lambda *a: done.append(orig(*a)) or done[-1])
+    torch.manual_seed(0)
+    m, ref = Block(), Block()
+    ref.load_state_dict(m.state_dict())
     x = torch.randn(2, 3, 12, 12, requires_grad=True)
-    out = pydynamo.optimize("triton")(m)(x)
-    sum(o.sum() for o in out).backward()
-    want = m(x)
-    _same(out, want)
-    assert layout_opt()[1] == []  # only inference graphs are rewritten
+    x2 = x.detach().clone().requires_grad_()
+    outs = pydynamo.optimize("triton")(m)(x)
+    want = ref(x2)
+    _same(outs, want)
+    sum(o.square().mean() for o in outs).backward()
+    sum(o.square().mean() for o in want).backward()
+    torch.testing.assert_close(x.grad, x2.grad, atol=1e-5, rtol=1e-5)
+    for p, q in zip(m.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(m.bn.running_mean, ref.bn.running_mean)
+    torch.testing.assert_close(m.bn.running_var, ref.bn.running_var)
+    srcs, calls = layout_opt()
+    assert done == [True] and calls == []  # the training pair rewritten; no inference graph
+    fw, bw = srcs
+    assert "convolution_backward" in bw and "(1152, 1, 96, 8)" in bw  # channels-last activations
+    assert "(1152, 1, 96, 8)" in fw
 
 
 def test_a_view_output_of_a_changed_tensor_leaves_the_graph_as_it_was(layout_opt):

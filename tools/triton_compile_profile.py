@@ -64,8 +64,8 @@ def _offline(arch):
     runtime.static_launcher = lambda: NoLauncher
     compile_graph = tb.compile_aten_graph
 
-    def compile_offline(gm, example_inputs, timing=None):
-        call = compile_graph(gm, example_inputs, timing)
+    def compile_offline(gm, example_inputs, timing=None, inference=False):
+        call = compile_graph(gm, example_inputs, timing, inference)
         for cell in getattr(call, "__closure__", None) or ():
             if isinstance(cell.cell_contents, runtime.Launch):
                 cell.cell_contents._settle()  # waits for its compile (timed as "wait")

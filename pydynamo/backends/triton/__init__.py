@@ -45,6 +45,7 @@ def triton_backend(gm, example_inputs):
     from torch._functorch.aot_autograd import aot_module_simplified
     from torch._functorch.partitioners import min_cut_rematerialization_partition
 
+    from . import layout
     from .decomps import decomposition_table
     gm, single = _tuple_output(gm)
     # The min-cut partitioner saves for backward the cheapest set of tensors and recomputes fused
@@ -71,7 +72,7 @@ def triton_backend(gm, example_inputs):
         compiled = aot_module_simplified(gm, example_inputs, fw_compiler=compiler,
                                          bw_compiler=compiler, inference_compiler=inference,
                                          decompositions=decomposition_table(),
-                                         partition_fn=min_cut_rematerialization_partition)
+                                         partition_fn=layout.partition_with_layouts(min_cut_rematerialization_partition))
     # what AOTAutograd took, our graph compiles (timed as their phases) left out
     timing.add("aot_autograd", time.perf_counter() - start - sum(timing.phases.values()))
     if single:
