@@ -400,8 +400,8 @@ static PyObject *pyd_eval_frame(PyThreadState *tstate, _PyInterpreterFrame *fram
     /* Only fresh calls of plain functions: not a resumed or thrown-into frame, not generator or
      * coroutine code, not module or class bodies, not while we compile or check guards, not
      * frames run by a trace or profile function. */
-    if (tls.busy || throwflag || frame->owner != FRAME_OWNED_BY_THREAD || _PyInterpreterFrame_LASTI(frame) >= 0 ||
-        frame->frame_obj != NULL || tstate->tracing ||
+    if (tls.busy || throwflag || !PYD_FRAME_HAS_CODE(frame) || frame->owner != FRAME_OWNED_BY_THREAD ||
+        !PYD_FRAME_IS_FRESH(frame) || frame->frame_obj != NULL || tstate->tracing ||
         (co->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE)) ||
         !(co->co_flags & CO_OPTIMIZED))
         return run_normally(tstate, frame, throwflag);

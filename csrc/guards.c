@@ -366,7 +366,7 @@ static int test_value(const Check *c, PyObject *v, const char **detail)
     int ok = 0;
     PyObject *target = c->value;
     if (c->weak) {
-        target = PyWeakref_GET_OBJECT(c->value);
+        target = pyd_weakref_target(c->value);
         if (target == Py_None) { /* dead: the guarded object is gone (None is never weakly held) */
             *detail = "guarded object no longer exists";
             return 0;
@@ -535,7 +535,7 @@ int pyd_guardset_is_dead(PyObject *self)
     if (!PyObject_TypeCheck(self, &PydGuardSet_Type)) return 0;
     GuardSetObject *gs = (GuardSetObject *)self;
     for (Py_ssize_t i = 0; i < gs->n; i++)
-        if (gs->checks[i].weak && PyWeakref_GET_OBJECT(gs->checks[i].value) == Py_None) return 1;
+        if (gs->checks[i].weak && pyd_weakref_target(gs->checks[i].value) == Py_None) return 1;
     return 0;
 }
 

@@ -238,6 +238,7 @@ ENTRIES = [
           "the instruction.",
           "move this statement out of the compiled region",
           (r"^opcode \S+ is not supported", r"^CALL_INTRINSIC_1 ", r"^CALL_FUNCTION_EX without NULL",
+           r"^SET_FUNCTION_ATTRIBUTE ", r"^CALL_KW with keyword names ",
            r"^\*\*.* in a call$"),
           any_of=("UnsupportedOpcodeError",),
           example="LOAD_BUILD_CLASS: class definitions inside compiled code"),
@@ -397,6 +398,29 @@ ENTRIES = [
           "use the container's common forms, or call the API outside the compiled region",
           (r"^nn\.Module\.", r"of a sliced ", r"^slicing ", r"^indexing \S+ with "),
           example="slicing MyList (a subclass: its constructor would run)"),
+    Break("PD704", "a DistributedDataParallel or FSDP2 module called in traced code",
+          "DDP's forward drives its reducer (C++ state, autograd hooks) and FSDP2's hooks "
+          "all-gather, reshard and switch streams: they run natively, as under torch.compile. "
+          "The call breaks the graph; the module they wrap is compiled as a frame of its own "
+          "(with DDP, split at its gradient buckets).",
+          "nothing to do: compile the model (pydynamo.compile(ddp_model), DDP(pydynamo.compile("
+          "model)), or each block before fully_shard); the break only ends the caller's graph",
+          (r"^a call of a DistributedDataParallel module", r"managed by FSDP2's fully_shard"),
+          example="a call of FSDPBlock, managed by FSDP2's fully_shard (its hooks all-gather and "
+                  "reshard natively, as under torch.compile; its forward is compiled on its own)"),
+    Break("PD705", "a torch.distributed call in a form not captured",
+          "Collectives in traced code become torch's functional collectives in the graph "
+          "(an in-place dist.all_reduce is the functional op followed by copy_ into its "
+          "tensor). Forms whose effect that would not reproduce exactly run natively: "
+          "async_op=True (its Work handle), tensors that require grad (the c10d ops are not "
+          "differentiable), non-contiguous tensors, other layouts, symbolic sizes, groups given "
+          "by name, rank list or device mesh, and reduce ops other than SUM, AVG, PRODUCT, MIN, "
+          "MAX.",
+          "use the synchronous form on a contiguous tensor with a ProcessGroup (or None), or a "
+          "functional collective (torch.distributed._functional_collectives)",
+          (r"^torch\.distributed", r"^functional (collective|all_gather|reduce_scatter|broadcast)",
+           r"^ProcessGroup\."),
+          example="torch.distributed collective with async_op=True (its Work handle is not modelled)"),
     Break("PD805", "a traced subgraph (higher-order op) does something a subgraph cannot hold",
           "Some calls are traced into a subgraph of their own (checkpoint bodies, an "
           "autograd.Function's forward and backward). A subgraph must be a pure "

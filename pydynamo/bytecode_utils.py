@@ -1,11 +1,12 @@
-"""Everything version-specific about bytecode on the Python side (CPython 3.11 and 3.12).
+"""Everything version-specific about bytecode on the Python side (CPython 3.11, 3.12, 3.13).
 
 Reading: ``decode(code)`` turns a code object into a flat list of ``Inst`` whose jump targets are
 indices into that list (the ``bytecode`` package gives labels; we resolve them once), each with
 its exception table entry (``ExceptionEntry``: handler, stack depth, lasti).
 
 Writing: the ``create_*`` helpers build ``bytecode.Instr`` lists for the few call conventions
-that differ between versions (PRECALL in 3.11, the method bit of LOAD_ATTR in 3.12), and
+that differ between versions (PRECALL in 3.11, the method bit of LOAD_ATTR from 3.12, the
+NULL above the callable, CALL_KW and SET_FUNCTION_ATTRIBUTE in 3.13), and
 ``assemble(orig_code, body)`` makes a code object with exactly the original arguments, cell and
 free variables, letting the ``bytecode`` package compute offsets, stack size and tables.
 """
@@ -21,8 +22,9 @@ from bytecode import Bytecode, CellVar, FreeVar, Instr, Label
 
 PY311 = sys.version_info[:2] == (3, 11)
 PY312 = sys.version_info[:2] == (3, 12)
-if sys.version_info[:2] not in ((3, 11), (3, 12)):
-    raise ImportError(f"pydynamo supports CPython 3.11 and 3.12, not {sys.version.split()[0]}")
+PY313 = sys.version_info[:2] == (3, 13)
+if sys.version_info[:2] not in ((3, 11), (3, 12), (3, 13)):
+    raise ImportError(f"pydynamo supports CPython 3.11 to 3.13, not {sys.version.split()[0]}")
 
 GENERATOR_FLAGS = 0x20 | 0x80 | 0x100 | 0x200  # GENERATOR, COROUTINE, ITERABLE_COROUTINE, ASYNC_GENERATOR
 VARARGS_FLAG = 0x04
@@ -123,14 +125,14 @@ def global_arg(inst):
 
 
 def attr_arg(inst):
-    """LOAD_ATTR's (is_method, name): 3.12 packs a method bit, 3.11 has LOAD_METHOD instead."""
+    """LOAD_ATTR's (is_method, name): 3.12+ packs a method bit, 3.11 has LOAD_METHOD instead."""
     if isinstance(inst.arg, tuple):
         return inst.arg
     return False, inst.arg
 
 
 def super_attr_arg(inst):
-    """LOAD_SUPER_ATTR's (is_method, name) (3.12 only; 3.11 calls super() and loads the attribute)."""
+    """LOAD_SUPER_ATTR's (is_method, name) (3.12+; 3.11 calls super() and loads the attribute)."""
     is_method, _two_arg_form, name = inst.arg
     return is_method, name
 
@@ -141,9 +143,68 @@ def binary_op_name(inst) -> str:
 
 
 def compare_op_name(inst) -> str:
-    """COMPARE_OP's operator as 'LT', 'EQ', ... (3.12 stores it shifted, bytecode hides that)."""
+    """COMPARE_OP's operator as 'LT', 'EQ', ... (3.12 stores it shifted, bytecode hides that;
+    3.13's variant that converts the result to bool is 'LT_CAST'..., see compare_to_bool)."""
     arg = inst.arg
-    return arg.name if hasattr(arg, "name") else bytecode.Compare(arg).name
+    name = arg.name if hasattr(arg, "name") else bytecode.Compare(arg).name
+    return name[:-len("_CAST")] if name.endswith("_CAST") else name
+
+
+def compare_to_bool(inst) -> bool:
+    """Whether COMPARE_OP converts its result to bool (3.13's oparg bit 16, set where the
+    result is only tested: ``if a < b``)."""
+    arg = inst.arg
+    name = arg.name if hasattr(arg, "name") else bytecode.Compare(arg).name
+    return name.endswith("_CAST")
+
+
+def make_function_flags(inst) -> int:
+    """What MAKE_FUNCTION pops besides the code: its flags before 3.13 (0x01 defaults, 0x02
+    keyword defaults, 0x04 annotations, 0x08 closure); 3.13's MAKE_FUNCTION pops only the code
+    (SET_FUNCTION_ATTRIBUTE adds each part, with the same flag values)."""
+    return 0 if PY313 else int(inst.arg)
+
+
+def convert_flag(inst) -> int:
+    """The conversion of FORMAT_VALUE (3.11, 3.12: its low bits) or CONVERT_VALUE (3.13):
+    0 none, 1 str, 2 repr, 3 ascii."""
+    return int(inst.arg) & 0x03
+
+
+def loop_exit(insts, target) -> int:
+    """Where an exhausted FOR_ITER goes on, given its jump target: 3.12 skips the END_FOR there
+    (which pops iterator and item when reached otherwise), 3.13 skips END_FOR and the POP_TOP
+    after it (CPython's FOR_ITER jumps by oparg + 2); 3.11 jumps to the target itself."""
+    if PY311 or insts[target].opname != "END_FOR":
+        return target
+    if PY313:
+        if insts[target + 1].opname != "POP_TOP":
+            raise AssertionError("3.13 FOR_ITER target: END_FOR not followed by POP_TOP")
+        return target + 2
+    return target + 1
+
+
+END_FOR_POPS = 1 if PY313 else 2  # 3.13's END_FOR pops the item only (a POP_TOP follows)
+
+
+def with_null(items, null) -> list:
+    """``items`` (the instructions, or the stack slots, that make one callable) together with
+    the NULL a call without ``self`` has beside it: below the callable up to 3.12 ([NULL,
+    callable, args...]), above it from 3.13 ([callable, NULL, args...]). LOAD_GLOBAL's and
+    LOAD_ATTR's null/method bit follow the same order."""
+    return [*items, null] if PY313 else [null, *items]
+
+
+def call_slots(below, above, is_null):
+    """``(callable, self or None)`` from the two stack slots under a call's arguments (``below``
+    the deeper one): [NULL, callable] up to 3.12, [callable, NULL] from 3.13, and in every
+    version [callable, self] when the second slot holds an object (a method load's ``self``, or
+    the first argument of a with-block's ``__exit__(None, None, None)``)."""
+    if PY313:
+        return below, (None if is_null(above) else above)
+    if is_null(below):
+        return above, None
+    return below, above
 
 
 def intrinsic_name(inst) -> str:
@@ -154,6 +215,15 @@ def intrinsic_name(inst) -> str:
 def var_name(arg) -> str:
     """The name in a CellVar / FreeVar / plain string argument."""
     return arg.name if isinstance(arg, (CellVar, FreeVar)) else arg
+
+
+def is_cell_arg(arg, code) -> bool:
+    """A local-slot argument naming a cell or free variable of ``code``: 3.13's LOAD_FAST of one
+    pushes the cell object itself (what LOAD_CLOSURE did; the compiler turns that into
+    LOAD_FAST). ``bytecode`` gives a CellVar / FreeVar, or the plain name for an argument that
+    is also a cell (one slot for both); once MAKE_CELL has run, that slot holds the cell, and
+    the function reads its value only through LOAD_DEREF."""
+    return isinstance(arg, (CellVar, FreeVar)) or (isinstance(arg, str) and arg in code.co_cellvars)
 
 
 # ---- creating instructions -------------------------------------------------------------------
@@ -173,17 +243,23 @@ def create_load_global(name, push_null=False, lineno=None) -> Instr:
 
 
 def create_load_attr(name, lineno=None) -> Instr:
-    return Instr("LOAD_ATTR", (False, name) if PY312 else name, lineno=lineno)
+    return Instr("LOAD_ATTR", name if PY311 else (False, name), lineno=lineno)
 
 
 def create_load_method(name, lineno=None) -> Instr:
-    if PY312:
-        return Instr("LOAD_ATTR", (True, name), lineno=lineno)
-    return Instr("LOAD_METHOD", name, lineno=lineno)
+    if PY311:
+        return Instr("LOAD_METHOD", name, lineno=lineno)
+    return Instr("LOAD_ATTR", (True, name), lineno=lineno)
 
 
 def create_call(nargs, kw_names=(), lineno=None) -> list:
-    """CALL for a stack laid out as [NULL or self-slot, callable, args...] (both versions)."""
+    """The call of a callable pushed with its NULL (``with_null``, LOAD_GLOBAL's null bit) or by
+    a method load, then ``nargs`` arguments, the last ``len(kw_names)`` of them by keyword."""
+    if PY313:
+        if kw_names:
+            return [Instr("LOAD_CONST", tuple(kw_names), lineno=lineno),
+                    Instr("CALL_KW", nargs, lineno=lineno)]
+        return [Instr("CALL", nargs, lineno=lineno)]
     out = []
     if kw_names:
         out.append(Instr("KW_NAMES", tuple(kw_names), lineno=lineno))
@@ -268,6 +344,7 @@ _NATIVE_PUSHES = {
     "COMPARE_OP": 1, "IS_OP": 1, "CONTAINS_OP": 1, "UNARY_NEGATIVE": 1, "UNARY_POSITIVE": 1,
     "UNARY_NOT": 1, "UNARY_INVERT": 1, "GET_ITER": 1, "FORMAT_VALUE": 1, "BUILD_STRING": 1,
     "CALL_INTRINSIC_1": 1, "IMPORT_NAME": 1, "BUILD_SET": 1, "LOAD_ATTR": 1,
+    "CALL_KW": 1, "TO_BOOL": 1, "CONVERT_VALUE": 1, "FORMAT_SIMPLE": 1, "FORMAT_WITH_SPEC": 1,
     "STORE_SUBSCR": 0, "DELETE_SUBSCR": 0, "STORE_SLICE": 0, "STORE_ATTR": 0,
     "DELETE_ATTR": 0, "STORE_GLOBAL": 0, "DELETE_GLOBAL": 0,
 }
@@ -285,16 +362,20 @@ class NativeForm:
 
 
 def native_form(inst, kw_names=()) -> Optional[NativeForm]:
-    """The native form of ``inst`` (a decoded Inst), or None if a break cannot run it."""
+    """The native form of ``inst`` (a decoded Inst), or None if a break cannot run it.
+    ``kw_names``: a call's keyword names (KW_NAMES before it; for 3.13's CALL_KW, the constant
+    on top of the stack, which the caller takes off: the native call loads it again)."""
     name, lineno = inst.opname, inst.lineno
     if name in _TERMINAL_NATIVE:
         return NativeForm([Instr(name, inst.arg, lineno=lineno)], inst.arg, None)
     if name == "LOAD_METHOD" or (name == "LOAD_ATTR" and attr_arg(inst)[0]):
-        # a method load leaves [NULL, bound method]: the same call, without the NULL/self trick
-        return NativeForm([create_load_attr(attr_arg(inst)[1], lineno)], 1, ("null", "value"))
+        # a method load leaves the bound method and a NULL: the same call, without the
+        # NULL/self trick
+        pushes = tuple(with_null(["value"], "null"))
+        return NativeForm([create_load_attr(attr_arg(inst)[1], lineno)], 1, pushes)
     if name not in _NATIVE_PUSHES:
         return None
-    if name == "CALL":
+    if name in ("CALL", "CALL_KW"):  # CALL_KW: the names given, no longer on the stack
         instrs = create_call(inst.arg, kw_names, lineno)
     else:
         instrs = [Instr(name, inst.arg, lineno=lineno) if inst.arg is not None
@@ -321,11 +402,14 @@ def conditional_jump(inst) -> Optional[tuple]:
     return None
 
 
-def create_pop_jump(if_true, label, lineno=None) -> Instr:
-    """Pop the top of stack and jump forward to ``label`` if its truth is ``if_true``."""
+def create_pop_jump(if_true, label, lineno=None) -> list:
+    """Pop the top of stack and jump forward to ``label`` if its truth is ``if_true`` (3.13's
+    conditional jumps take only a bool: TO_BOOL first)."""
     kind = "TRUE" if if_true else "FALSE"
-    return Instr(f"POP_JUMP_FORWARD_IF_{kind}" if PY311 else f"POP_JUMP_IF_{kind}", label,
-                 lineno=lineno)
+    if PY311:
+        return [Instr(f"POP_JUMP_FORWARD_IF_{kind}", label, lineno=lineno)]
+    jump = Instr(f"POP_JUMP_IF_{kind}", label, lineno=lineno)
+    return [Instr("TO_BOOL", lineno=lineno), jump] if PY313 else [jump]
 
 
 def create_try(handler) -> tuple:
@@ -341,25 +425,39 @@ def create_jump_forward(label, lineno=None) -> Instr:
 
 def create_make_closure(code, lineno=None) -> list:
     """Push a new function running ``code`` with the current frame's closure cells."""
-    out = [Instr("LOAD_CLOSURE", FreeVar(name), lineno=lineno) for name in code.co_freevars]
+    load = "LOAD_FAST" if PY313 else "LOAD_CLOSURE"  # 3.13: LOAD_CLOSURE is a pseudo-op
+    out = [Instr(load, FreeVar(name), lineno=lineno) for name in code.co_freevars]
     out.append(Instr("BUILD_TUPLE", len(code.co_freevars), lineno=lineno))
     out.append(Instr("LOAD_CONST", code, lineno=lineno))
-    out.append(Instr("MAKE_FUNCTION", 0x08, lineno=lineno))
+    if PY313:
+        out.append(Instr("MAKE_FUNCTION", lineno=lineno))
+        out.append(Instr("SET_FUNCTION_ATTRIBUTE", 0x08, lineno=lineno))
+    else:
+        out.append(Instr("MAKE_FUNCTION", 0x08, lineno=lineno))
     return out
 
 
 _LOCAL_READS = {"LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_AND_CLEAR"}
 _LOCAL_WRITES = {"STORE_FAST", "DELETE_FAST"}
+# 3.13's pairs, whose argument is (first name, second name), in the order they are accessed
+_LOCAL_PAIRS = {"LOAD_FAST_LOAD_FAST": ("r", "r"), "STORE_FAST_STORE_FAST": ("w", "w"),
+                "STORE_FAST_LOAD_FAST": ("w", "r")}
 _NO_FALLTHROUGH = {"RETURN_VALUE", "RETURN_CONST", "RAISE_VARARGS", "RERAISE", "JUMP_FORWARD",
                    "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT", "JUMP", "JUMP_NO_INTERRUPT"}
 
 
-def local_read(inst) -> Optional[str]:
-    return inst.arg if inst.opname in _LOCAL_READS else None
-
-
-def local_write(inst) -> Optional[str]:
-    return inst.arg if inst.opname in _LOCAL_WRITES else None
+def local_accesses(inst, code) -> tuple:
+    """The plain locals ``inst`` (of ``code``) reads ("r") or writes ("w"), as ((kind, name),
+    ...) in the order it accesses them."""
+    if inst.opname in _LOCAL_READS:
+        out = (("r", inst.arg),)
+    elif inst.opname in _LOCAL_WRITES:
+        out = (("w", inst.arg),)
+    elif inst.opname in _LOCAL_PAIRS:
+        out = tuple(zip(_LOCAL_PAIRS[inst.opname], inst.arg))
+    else:
+        return ()
+    return tuple((kind, name) for kind, name in out if not is_cell_arg(name, code))  # a cell itself
 
 
 def successors(inst, n) -> list:
@@ -384,7 +482,8 @@ def handler_of(code: types.CodeType) -> list:
 # Handler instructions that only tidy the stack or locals before re-raising (the cleanup of an
 # `except` body, 3.12's inlined comprehensions): they run no user code.
 _CLEANUP_OPS = {"COPY", "SWAP", "POP_TOP", "POP_EXCEPT", "STORE_FAST", "LOAD_FAST", "LOAD_CONST",
-                "NOP", "RERAISE"}
+                "NOP", "RERAISE", "STORE_FAST_STORE_FAST", "LOAD_FAST_LOAD_FAST",
+                "STORE_FAST_LOAD_FAST"}
 
 
 def _tidies(inst):

@@ -101,14 +101,30 @@ class PyCodegen:
         self.append(bu.create_load_global(name, push_null))
 
     def append_push_null(self):
+        """A NULL stack slot on its own (a stack being rebuilt); to call something, push it
+        with ``load_function`` or ``append_callable``, which place the NULL for the version."""
         self.append(bu.create_instruction("PUSH_NULL"))
+
+    def append_callable(self, emit):
+        """Push the one callable ``emit()`` pushes, with the NULL of a call without ``self``
+        where the version wants it (below the callable up to 3.12, above it in 3.13); then
+        push the arguments and ``append_call``."""
+        start = len(self.instructions)
+        emit()
+        self.instructions[start:] = bu.with_null(self.instructions[start:],
+                                                 bu.create_instruction("PUSH_NULL"))
+
+    def load_function(self, fn):
+        """Push the constant ``fn`` to be called (see ``append_callable``)."""
+        self.append_callable(lambda: self.load_const(fn))
 
     def append_build(self, cls, n):
         op = {tuple: "BUILD_TUPLE", list: "BUILD_LIST", dict: "BUILD_MAP"}[cls]
         self.append(bu.create_instruction(op, n))
 
     def append_call(self, nargs, kw_names=()):
-        """Call with the stack laid out as [NULL, callable, *args]."""
+        """Call what ``append_callable`` / ``load_function`` / a method load pushed, with the
+        ``nargs`` arguments pushed since (the last ``len(kw_names)`` by keyword)."""
         self.append(*bu.create_call(nargs, kw_names))
 
     def append_load_method(self, name):
@@ -132,8 +148,7 @@ class PyCodegen:
     def set_grad_enabled(self, mode):
         """torch._C._set_grad_enabled(mode), as a statement."""
         import torch
-        self.append_push_null()
-        self.load_const(torch._C._set_grad_enabled)
+        self.load_function(torch._C._set_grad_enabled)
         self.load_const(bool(mode))
         self.append_call(1)
         self.append_pop_top()

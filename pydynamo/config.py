@@ -20,6 +20,10 @@ def _env_bool(name):
 # Compiled entries kept per code object; past it the code runs eagerly (issue 3, item 5).
 cache_size_limit = _env_int("PYDYNAMO_CACHE_SIZE_LIMIT", 8)
 
+# Entries per code in all, where the limit above counts per module instance (the code's first
+# argument is an nn.Module: the forward of a block class compiled once per block, as with FSDP2).
+accumulated_cache_size_limit = _env_int("PYDYNAMO_ACCUMULATED_CACHE_SIZE_LIMIT", 256)
+
 # How deep user functions are inlined into one graph before giving up.
 inline_depth_limit = _env_int("PYDYNAMO_INLINE_DEPTH_LIMIT", 32)
 
@@ -40,6 +44,11 @@ capture_scalar_outputs = _env_bool("PYDYNAMO_CAPTURE_SCALAR_OUTPUTS")
 # Ops whose output size depends on the data (nonzero, x[mask], unique...) stay in the graph,
 # their sizes unbacked SymInts, instead of breaking it.
 capture_dynamic_output_shape_ops = _env_bool("PYDYNAMO_CAPTURE_DYNAMIC_OUTPUT_SHAPE_OPS")
+
+# A graph compiled inside a DistributedDataParallel forward is split at DDP's gradient-bucket
+# boundaries, each piece compiled on its own, so each bucket's all-reduce starts while the rest of
+# the backward runs (backends/distributed.py). Off: one graph, all-reduces after its backward.
+optimize_ddp = os.environ.get("PYDYNAMO_OPTIMIZE_DDP", "1") not in ("", "0")
 
 
 def _knobs():

@@ -28,6 +28,11 @@ _warned_limit = weakref.WeakSet()
 # Automatic dynamic (shapes.DynamicPolicy): per code, the sizes and int arguments its compiles saw.
 _frame_state = weakref.WeakKeyDictionary()
 
+# Per code whose first argument is an nn.Module: the entries compiled for each instance (held
+# weakly). One block class of a model whose blocks are compiled one by one (FSDP2 per block,
+# or a compiled block per layer) has an entry per instance: cache_size_limit counts per instance.
+_instance_entries = weakref.WeakKeyDictionary()
+
 # Code the user asked to compile by name although it lives in a skipped place: the forward of a
 # torch.nn module given to optimize()/compile() (nn.Sequential, nn.Linear, ...).
 _requested = weakref.WeakSet()
@@ -53,6 +58,29 @@ def skip_reason(code):
             path.startswith(_STDLIB_DIRS) and not path.startswith(_SITE_DIRS)):
         return "library code (torch, the standard library or pydynamo)"
     return None
+
+
+def _module_instance(frame, code):
+    """The frame's first argument when it is an nn.Module (``self`` of a forward), else None."""
+    if code.co_argcount < 1:
+        return None
+    value = frame.f_locals.get(code.co_varnames[0])
+    return value if isinstance(value, torch.nn.Module) else None
+
+
+def _over_limit(code, instance, cache_size):
+    """Whether a miss may not compile: ``cache_size_limit`` entries for the code, or, where the
+    first argument is a module, for that module instance (each instance's entries pin it by
+    identity), with at most ``accumulated_cache_size_limit`` entries for the code in all."""
+    if cache_size < config.cache_size_limit:
+        return False
+    if instance is None or cache_size >= config.accumulated_cache_size_limit:
+        return True
+    try:
+        counts = _instance_entries.get(code)
+        return counts is not None and counts.get(instance, 0) >= config.cache_size_limit
+    except TypeError:
+        return True
 
 
 def _where(code):
@@ -125,7 +153,8 @@ def in_native_checkpoint():
 
 class ConvertFrame:
     def __init__(self, backend, fullgraph=False, dynamic=None):
-        self.backend = debug.observe_backend(run_without_hook(backend))
+        from .backends.distributed import ddp_aware
+        self.backend = debug.observe_backend(run_without_hook(ddp_aware(backend)))
         self.fullgraph, self.dynamic = fullgraph, dynamic
 
     def __call__(self, frame, cache_size):
@@ -145,14 +174,22 @@ class ConvertFrame:
         """Compile ``frame`` (its code has ``cache_size`` entries, none of which took it), or not:
         what the hook is answered."""
         code = frame.f_code
-        if cache_size >= config.cache_size_limit:
+        instance = _module_instance(frame, code)
+        if _over_limit(code, instance, cache_size):
             self._cache_limit_reached(frame, code)
             return None  # existing entries keep serving hits; misses run eagerly
         if cache_size and logs.enabled("recompiles"):
             logs.get("recompiles").info("recompiling %s: %s", _where(code), self._failures(frame, code))
         if not cache_size:  # a code's first compile (or first since a reset) specializes
             _frame_state.pop(code, None)
-        return self._compile(frame, code)
+        entry = self._compile(frame, code)
+        if instance is not None and isinstance(entry, _C.CacheEntry):
+            try:
+                counts = _instance_entries.setdefault(code, weakref.WeakKeyDictionary())
+                counts[instance] = counts.get(instance, 0) + 1
+            except TypeError:  # not weakly referenceable, or unhashable
+                pass
+        return entry
 
     def _convert(self, frame, code):
         """One trace; a trace with symbolic sizes that fails in a way a static one might not
@@ -258,6 +295,7 @@ compile_times = []
 
 def reset():
     _frame_state.clear()
+    _instance_entries.clear()
     _warned_limit.clear()
     _logged_breaks.clear()
     compile_times.clear()

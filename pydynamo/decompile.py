@@ -350,6 +350,13 @@ class _Decompiler:
                 stack.append(_Expr(local, local=local))
                 pos += 2
                 continue
+            if name == "TO_BOOL" and self.next_instr[pos + 1] < stop \
+                    and self.items[self.next_instr[pos + 1]].name in _COND_JUMPS:
+                # 3.13's bool() before a jump: the jump tests the same truth
+                stack[-1] = _Expr(stack[-1].text, stack[-1].insts + [idx], stack[-1].primary,
+                                  stack[-1].stable, stack[-1].local, stack[-1].value)
+                pos += 1
+                continue
             pos += 1
             if self.op(item, idx, stack, depth):
                 if not last:
@@ -426,31 +433,50 @@ class _Decompiler:
             self.loose.append(idx)
         elif name == "PUSH_NULL":
             push(_Expr(None, [idx]))
+        elif name == "LOAD_FAST" and bu.is_cell_arg(arg, self.code):  # 3.13's LOAD_CLOSURE
+            cell = f"(lambda: {self.names[bu.var_name(arg)]}).__closure__[0]"
+            push(_Expr(cell, [idx], stable=True))
         elif name in ("LOAD_FAST", "LOAD_FAST_CHECK"):
             push(_Expr(self.names[arg], [idx], local=self.names[arg]))
+        elif name == "LOAD_FAST_LOAD_FAST":
+            if any(bu.is_cell_arg(n, self.code) for n in arg):
+                raise Undecompilable("LOAD_FAST_LOAD_FAST of a cell")
+            for n in arg:
+                push(_Expr(self.names[n], [idx], local=self.names[n]))
         elif name in ("LOAD_DEREF", "LOAD_CLASSDEREF"):
             push(_Expr(self.names[bu.var_name(arg)], [idx]))  # a cell: a call may change it
         elif name == "LOAD_CLOSURE":
             push(_Expr(f"(lambda: {self.names[bu.var_name(arg)]}).__closure__[0]", [idx], stable=True))
         elif name == "LOAD_GLOBAL":
             push_null, gname = bu.global_arg(ins)
-            if push_null:
-                push(_Expr(None, [idx]))
-            push(_Expr(self.global_ref(gname), [idx]))
+            value = _Expr(self.global_ref(gname), [idx])
+            stack.extend(bu.with_null([value], _Expr(None, [idx])) if push_null else [value])
         elif name == "LOAD_CONST":
             text = self.obj(arg)
             push(_Expr(text, [idx], primary=not text.startswith("-"), stable=True, value=arg))
         elif name in ("LOAD_ATTR", "LOAD_METHOD"):
             is_method, attr = (True, arg) if name == "LOAD_METHOD" else bu.attr_arg(ins)
             obj = pop()
-            if is_method:
-                push(_Expr(None, [idx]))
-            push(_Expr(self.attr(obj, attr), obj.insts + [idx]))
+            value = _Expr(self.attr(obj, attr), obj.insts + [idx])
+            stack.extend(bu.with_null([value], _Expr(None, [idx])) if is_method else [value])
         elif name in ("STORE_FAST", "STORE_DEREF"):
+            if name == "STORE_FAST" and bu.is_cell_arg(arg, self.code):
+                raise Undecompilable("a store into the slot of a cell")
             var, value = self.names[bu.var_name(arg)], pop()
             if isinstance(arg, FreeVar):
                 self.nonlocals.add(var)
             self.stmt(stack, depth, f"{var} = {value.text}", [value], idx, {var})
+        elif name in ("STORE_FAST_STORE_FAST", "STORE_FAST_LOAD_FAST"):  # 3.13's pairs
+            if any(bu.is_cell_arg(n, self.code) for n in arg):
+                raise Undecompilable("a store into the slot of a cell")
+            first, second = (self.names[n] for n in arg)
+            value = pop()
+            self.stmt(stack, depth, f"{first} = {value.text}", [value], idx, {first})
+            if name == "STORE_FAST_STORE_FAST":
+                value = pop()
+                self.stmt(stack, depth, f"{second} = {value.text}", [value], idx, {second})
+            else:
+                push(_Expr(second, [idx], local=second))
         elif name in ("DELETE_FAST", "DELETE_DEREF"):
             var = self.names[bu.var_name(arg)]
             if isinstance(arg, FreeVar):
@@ -509,6 +535,10 @@ class _Decompiler:
         elif name == "COMPARE_OP":
             right, left = pop(), pop()
             push(self.binary(left, _COMPARE[bu.compare_op_name(ins)], right, idx))
+            if bu.compare_to_bool(ins):
+                push(self.call_expr(self.builtin("bool"), [pop()], idx))
+        elif name == "TO_BOOL":  # (not before a jump: see run)
+            push(self.call_expr(self.builtin("bool"), [pop()], idx))
         elif name == "IS_OP":
             right, left = pop(), pop()
             push(self.binary(left, "is not" if arg else "is", right, idx))
@@ -560,6 +590,13 @@ class _Decompiler:
             if conv:
                 value = self.call_expr(self.builtin(conv), [value], idx)
             push(self.call_expr(self.builtin("format"), [value] + ([spec] if spec else []), idx))
+        elif name == "CONVERT_VALUE":
+            conv = {1: "str", 2: "repr", 3: "ascii"}[bu.convert_flag(ins)]
+            push(self.call_expr(self.builtin(conv), [pop()], idx))
+        elif name in ("FORMAT_SIMPLE", "FORMAT_WITH_SPEC"):
+            spec = pop() if name == "FORMAT_WITH_SPEC" else None
+            value = pop()
+            push(self.call_expr(self.builtin("format"), [value] + ([spec] if spec else []), idx))
         elif name == "UNPACK_SEQUENCE":
             seq = pop()
             names = [self.temp() for _ in range(arg)]
@@ -579,34 +616,59 @@ class _Decompiler:
                 self.loose += value.insts + [idx]
             else:
                 self.stmt(stack, depth, value.text, [value], idx)
-        elif name == "CALL":
+        elif name in ("CALL", "CALL_KW"):
+            kw_insts = []
+            if name == "CALL_KW":  # 3.13: the keyword names on top
+                names = pop()
+                if not isinstance(names.value, tuple):
+                    raise Undecompilable("CALL_KW without its keyword names")
+                kw, kw_insts = names.value, names.insts
+            else:
+                kw = self.kw_names
+            self.kw_names = ()
             args = stack[len(stack) - arg:]
             del stack[len(stack) - arg:]
-            fn, first = pop(), pop()
-            if first.text is not None:  # [method, self, args]
-                fn, first, args = first, _Expr(None), [fn, *args]
-            kw, self.kw_names = self.kw_names, ()
+            above, below = pop(), pop()
+            fn, first = bu.call_slots(below, above, lambda e: e.text is None)
+            insts = [*below.insts, *above.insts, *(i for e in args for i in e.insts), *kw_insts,
+                     idx]
+            if first is not None:  # [method, self, args]
+                args = [first, *args]
             if not all(_is_name(k) for k in kw):
                 raise Undecompilable("keyword names that are not identifiers")
             npos = len(args) - len(kw)
             texts = [e.text for e in args[:npos]] + [f"{k}={e.text}" for k, e in zip(kw, args[npos:])]
-            push(_Expr(f"{fn.operand()}({', '.join(texts)})",
-                       [*first.insts, *fn.insts, *(i for e in args for i in e.insts), idx]))
+            push(_Expr(f"{fn.operand()}({', '.join(texts)})", insts))
         elif name == "CALL_FUNCTION_EX":
             kwargs = pop() if arg & 1 else None
-            args, fn, null = pop(), pop(), pop()
-            if null.text is not None:
+            args = pop()
+            above, below = pop(), pop()
+            fn, first = bu.call_slots(below, above, lambda e: e.text is None)
+            if first is not None:
                 raise Undecompilable("CALL_FUNCTION_EX without NULL")
             text = f"{fn.operand()}(*{args.operand()}" + (f", **{kwargs.operand()})" if kwargs else ")")
-            push(_Expr(text, [*null.insts, *fn.insts, *args.insts, *(kwargs.insts if kwargs else ()), idx]))
+            kw_insts = kwargs.insts if kwargs else []
+            push(_Expr(text, [*below.insts, *above.insts, *args.insts, *kw_insts, idx]))
         elif name == "MAKE_FUNCTION":
-            if arg & ~0x09:
+            flags = bu.make_function_flags(ins)
+            if flags & ~0x09:
                 raise Undecompilable("MAKE_FUNCTION with annotations or keyword defaults")
             code = pop()
-            closure = pop() if arg & 0x08 else _Expr("None")
-            defaults = pop() if arg & 0x01 else _Expr("None")
-            parts = [code, _Expr(f"{self.builtin('globals')}()"), _Expr("None"), defaults, closure]
-            push(self.call_expr(self.obj(types.FunctionType), parts, idx))
+            closure = pop() if flags & 0x08 else _Expr("None")
+            defaults = pop() if flags & 0x01 else _Expr("None")
+            push(self.make_function(code, defaults, closure, idx))
+        elif name == "SET_FUNCTION_ATTRIBUTE":  # 3.13: right after MAKE_FUNCTION
+            fn, value = pop(), pop()
+            if not isinstance(fn.value, _MadeFunction) or arg not in (0x01, 0x08):
+                raise Undecompilable(f"SET_FUNCTION_ATTRIBUTE {arg}")
+            code, defaults, closure = fn.value.parts
+            if arg == 0x01:
+                defaults = value
+            else:
+                closure = value
+            made = self.make_function(code, defaults, closure, idx)
+            made.insts = fn.insts + value.insts + [idx]
+            push(made)
         elif name == "IMPORT_NAME":
             fromlist, level = pop(), pop()
             parts = [_Expr(repr(arg)), _Expr(f"{self.builtin('globals')}()"), _Expr("None"), fromlist, level]
@@ -641,8 +703,23 @@ class _Decompiler:
     def binary(self, left, op, right, idx):
         return _Expr(f"{left.operand()} {op} {right.operand()}", left.insts + right.insts + [idx], primary=False)
 
+    def make_function(self, code, defaults, closure, idx):
+        """``FunctionType(code, globals(), None, defaults, closure)``; its parts are kept (as
+        ``value``) for 3.13's SET_FUNCTION_ATTRIBUTE."""
+        parts = [code, _Expr(f"{self.builtin('globals')}()"), _Expr("None"), defaults, closure]
+        made = self.call_expr(self.obj(types.FunctionType), parts, idx)
+        made.value = _MadeFunction((code, defaults, closure))
+        return made
+
     def call_expr(self, fn_text, args, idx):
         return _Expr(f"{fn_text}({', '.join(e.text for e in args)})", [i for e in args for i in e.insts] + [idx])
+
+
+class _MadeFunction:
+    """The ``value`` of a function MAKE_FUNCTION made: its (code, defaults, closure) parts."""
+
+    def __init__(self, parts):
+        self.parts = parts
 
 
 def _test(cond, when_true, tests_none):

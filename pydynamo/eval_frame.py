@@ -33,7 +33,9 @@ class OptimizeContext:
 
     def __call__(self, fn):
         if isinstance(fn, torch.nn.Module):
-            request_compile(type(fn).forward)
+            target = _compiled_module(fn)
+            if target is fn or not isinstance(target, OptimizedModule):  # DDP(compiled): compiled already
+                request_compile(type(target).forward)
             return OptimizedModule(fn, self)
         if not callable(fn):
             raise TypeError(f"pydynamo.optimize(...) takes a function, method or nn.Module, not {type(fn).__name__}")
@@ -78,6 +80,17 @@ def _refuse_foreign_tracing(fn):
         raise RuntimeError(f"pydynamo: {name} is pydynamo-optimized and was called while {what}; "
                            "trace or call the original function instead (pydynamo.disable, or the "
                            "module before pydynamo.compile)")
+
+
+def _compiled_module(mod):
+    """The module whose forward ``optimize(mod)`` compiles: ``mod``, or for DistributedDataParallel
+    the module it wraps. DDP's own forward (its reducer, join and buffer-sync calls) runs natively,
+    as under torch.compile, and calls its module, whose forward is compiled (split at DDP's
+    buckets, backends/distributed.py)."""
+    from torch.nn.parallel import DistributedDataParallel
+    while isinstance(mod, DistributedDataParallel):
+        mod = mod.module
+    return mod
 
 
 class OptimizedModule(torch.nn.Module):

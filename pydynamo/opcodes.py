@@ -1,4 +1,4 @@
-"""One handler per opcode, named exactly like it, in roughly dis order (3.11 and 3.12 names).
+"""One handler per opcode, named exactly like it, in roughly dis order (3.11 to 3.13 names).
 
 Handlers only move trackers around and delegate the meaning of values to the trackers
 (``call_function``, ``call_method``, ``var_getattr``, ``truth``...). Opcodes we know we do not
@@ -8,7 +8,7 @@ import inspect
 import operator
 
 from . import bytecode_utils as bu
-from .exc import ExceptionRaised, SideEffectError, Unsupported
+from .exc import ExceptionRaised, SideEffectError, Unsupported, UnsupportedOpcodeError
 from .source import GlobalSource
 from .variables.base import NULL, CellVariable, NullVariable
 from .variables.builder import wrap_constant
@@ -137,30 +137,74 @@ class OpcodeHandlers:
         self.return_value(wrap_constant(inst.arg))
 
     def LOAD_FAST(self, inst):
-        if inst.arg not in self.symbolic_locals:
-            raise Unsupported(f"UnboundLocalError: local variable {inst.arg!r} is not bound")
-        self.push(self.symbolic_locals[inst.arg])
+        self._load_fast(inst.arg)
 
     LOAD_FAST_CHECK = LOAD_FAST
 
     def LOAD_FAST_AND_CLEAR(self, inst):
+        if bu.is_cell_arg(inst.arg, self.code):  # a comprehension saves the slot: the cell itself
+            return self.push(self.cells.pop(bu.var_name(inst.arg), NULL))
         self.push(self.symbolic_locals.pop(inst.arg, NULL))
 
     def STORE_FAST(self, inst):
-        value = self.pop()
-        if isinstance(value, NullVariable):  # 3.12 comprehensions restore an unbound name
-            self.symbolic_locals.pop(inst.arg, None)
+        self._store_fast(inst.arg, self.pop())
+
+    def _store_fast(self, name, value):
+        if bu.is_cell_arg(name, self.code):  # a comprehension restores the slot of a cell
+            if isinstance(value, NullVariable):
+                self.cells.pop(bu.var_name(name), None)
+            elif isinstance(value, CellVariable):
+                self.cells[bu.var_name(name)] = value
+            else:
+                raise UnsupportedOpcodeError(f"opcode {self.current.opname} is not supported "
+                                             f"on the cell {bu.var_name(name)!r}")
+            return
+        if isinstance(value, NullVariable):  # 3.12+ comprehensions restore an unbound name
+            self.symbolic_locals.pop(name, None)
         else:
-            self.symbolic_locals[inst.arg] = value
+            self.symbolic_locals[name] = value
+
+    def _load_fast(self, name):
+        if bu.is_cell_arg(name, self.code):  # 3.13: the cell itself, for a closure (LOAD_CLOSURE)
+            if bu.var_name(name) not in self.cells:
+                raise UnsupportedOpcodeError(f"opcode {self.current.opname} is not supported on "
+                                             f"the cleared slot of cell {bu.var_name(name)!r}")
+            return self.push(self.cells[bu.var_name(name)])
+        if name not in self.symbolic_locals:
+            raise Unsupported(f"UnboundLocalError: local variable {name!r} is not bound")
+        self.push(self.symbolic_locals[name])
+
+    def LOAD_FAST_LOAD_FAST(self, inst):
+        """3.13: push the first local, then the second."""
+        first, second = inst.arg
+        self._load_fast(first)
+        self._load_fast(second)
+
+    def STORE_FAST_STORE_FAST(self, inst):
+        """3.13: the top of the stack into the first local, the next into the second."""
+        first, second = inst.arg
+        self._store_fast(first, self.pop())
+        self._store_fast(second, self.pop())
+
+    def STORE_FAST_LOAD_FAST(self, inst):
+        """3.13: the top of the stack into the first local, then push the second."""
+        first, second = inst.arg
+        self._store_fast(first, self.pop())
+        self._load_fast(second)
 
     def DELETE_FAST(self, inst):
+        if bu.is_cell_arg(inst.arg, self.code):
+            raise UnsupportedOpcodeError(f"opcode DELETE_FAST is not supported on the cell "
+                                         f"{bu.var_name(inst.arg)!r}")
         self.symbolic_locals.pop(inst.arg, None)
+
+    def push_callable(self, var, with_null):
+        """Push ``var``, with the NULL of a call beside it where the version puts it."""
+        self.stack.extend(bu.with_null([var], NULL) if with_null else [var])
 
     def LOAD_GLOBAL(self, inst):
         push_null, name = bu.global_arg(inst)
-        if push_null:
-            self.push(NULL)
-        self.push(self.load_global(name))
+        self.push_callable(self.load_global(name), push_null)
 
     def LOAD_DEREF(self, inst):
         self.push(self.cells[bu.var_name(inst.arg)].read(self))
@@ -174,18 +218,15 @@ class OpcodeHandlers:
     def LOAD_ATTR(self, inst):
         is_method, name = bu.attr_arg(inst)
         obj = self.pop()
-        if is_method:
-            self.push(NULL)
-        self.push(self.getattr(obj, name))
+        # a method load: the bound attribute and a NULL, the call's [callable, NULL] form
+        self.push_callable(self.getattr(obj, name), is_method)
 
     def LOAD_SUPER_ATTR(self, inst):
-        """3.12: ``super().name`` in one instruction, from [super, __class__, self] on the stack."""
+        """3.12+: ``super().name`` in one instruction, from [super, __class__, self]."""
         is_method, name = bu.super_attr_arg(inst)
         obj, cls = self.pop(), self.pop()
         self.pop()  # the global `super`
-        if is_method:
-            self.push(NULL)
-        self.push(self.getattr(SuperVariable(cls, obj), name))
+        self.push_callable(self.getattr(SuperVariable(cls, obj), name), is_method)
 
     def LOAD_METHOD(self, inst):
         obj = self.pop()
@@ -224,7 +265,23 @@ class OpcodeHandlers:
 
     def COMPARE_OP(self, inst):
         b, a = self.pop(), self.pop()
-        self.push(self._call_op(_COMPARE[bu.compare_op_name(inst)], a, b))
+        result = self._call_op(_COMPARE[bu.compare_op_name(inst)], a, b)
+        self.push(self._to_bool(inst, result) if bu.compare_to_bool(inst) else result)
+
+    def _to_bool(self, inst, value):
+        """``bool(value)`` (3.13's TO_BOOL, COMPARE_OP's bool bit). Before a jump on its truth
+        the value itself stands for it: the jump tests the same truth (once), and a graph break
+        there runs TO_BOOL natively first (bytecode_utils.create_pop_jump), so a tensor
+        condition breaks the graph at the jump, as in earlier versions."""
+        following = inst.index + 1
+        jump = bu.conditional_jump(self.instructions[following]) \
+            if following < len(self.instructions) else None
+        if jump is not None and not jump[1]:
+            return value
+        return self._call_op(bool, value)
+
+    def TO_BOOL(self, inst):
+        self.push(self._to_bool(inst, self.pop()))
 
     def IS_OP(self, inst):
         b, a = self.pop(), self.pop()
@@ -318,16 +375,39 @@ class OpcodeHandlers:
         self.push(ConstantVariable("".join(p.as_python_constant() for p in parts)))
 
     def FORMAT_VALUE(self, inst):
-        flags = inst.arg
-        spec = self.pop().as_python_constant() if flags & 0x04 else ""
-        value = self.pop()
-        if hasattr(value, "as_string") and not spec and flags & 0x03 in (0, 1, 2):
-            return self.push(value.as_string(repr if flags & 0x03 == 2 else str))  # f"{exc}"
+        """3.11, 3.12: an f-string field, its conversion and spec in one instruction."""
+        spec = self.pop().as_python_constant() if inst.arg & 0x04 else ""
+        value = self._convert(self.pop(), bu.convert_flag(inst))
+        self.push(self._format(value, spec))
+
+    def CONVERT_VALUE(self, inst):
+        """3.13: an f-string field's !s, !r or !a."""
+        self.push(self._convert(self.pop(), bu.convert_flag(inst)))
+
+    def FORMAT_SIMPLE(self, inst):
+        """3.13: an f-string field without a spec: format(value, '') (a str stays as it is)."""
+        self.push(self._format(self.pop(), ""))
+
+    def FORMAT_WITH_SPEC(self, inst):
+        spec = self.pop().as_python_constant()
+        self.push(self._format(self.pop(), spec))
+
+    def _convert(self, value, conversion):
+        if conversion == 0:
+            return value
+        fn = {1: str, 2: repr, 3: ascii}[conversion]
+        if hasattr(value, "as_string") and fn is not ascii:
+            return value.as_string(fn)  # f"{exc!r}"
+        if not value.is_python_constant():
+            raise Unsupported(f"formatting {value} into a string (with {fn.__name__}())")
+        return ConstantVariable(fn(value.as_python_constant()))
+
+    def _format(self, value, spec):
+        if hasattr(value, "as_string") and not spec:
+            return value.as_string(str)  # f"{exc}": BaseException formats as str()
         if not value.is_python_constant():
             raise Unsupported(f"formatting {value} into a string")
-        v = value.as_python_constant()
-        v = {0: lambda x: x, 1: str, 2: repr, 3: ascii}[flags & 0x03](v)
-        self.push(ConstantVariable(format(v, spec)))
+        return ConstantVariable(format(value.as_python_constant(), spec))
 
     def LIST_APPEND(self, inst):
         value = self.pop()
@@ -381,7 +461,7 @@ class OpcodeHandlers:
 
     def MAKE_FUNCTION(self, inst):
         code = self.pop().as_python_constant()
-        flags = inst.arg
+        flags = bu.make_function_flags(inst)
         closure = self.pop() if flags & 0x08 else None
         annotations = self.pop() if flags & 0x04 else None
         kwdefaults = self.pop() if flags & 0x02 else None
@@ -389,26 +469,56 @@ class OpcodeHandlers:
         self.push(NestedUserFunctionVariable(code, self.f_globals, self.globals_source,
                                              defaults, kwdefaults, closure, annotations))
 
+    def SET_FUNCTION_ATTRIBUTE(self, inst):
+        """3.13: give the function MAKE_FUNCTION just made its defaults (0x01), keyword
+        defaults (0x02), annotations (0x04) or closure (0x08)."""
+        fn, value = self.pop(), self.pop()
+        flag = inst.arg
+        if not isinstance(fn, NestedUserFunctionVariable) or fn.attrs:
+            raise Unsupported(f"SET_FUNCTION_ATTRIBUTE on {fn}")
+        if flag == 0x01:
+            fn.defaults = value.items
+        elif flag == 0x02:
+            fn.kwdefaults = value.items
+        elif flag == 0x04:
+            fn.annotations = value
+        elif flag == 0x08:
+            fn.closure = value.items
+        else:
+            raise Unsupported(f"SET_FUNCTION_ATTRIBUTE {flag:#x}")
+        self.push(fn)
+
     def CALL(self, inst):
-        args = self.popn(inst.arg)
-        callable_or_self, null_or_callable = self.pop(), self.pop()
-        if isinstance(null_or_callable, NullVariable):
-            fn = callable_or_self
-        else:  # [method, self, *args] layout
-            fn, args = null_or_callable, [callable_or_self, *args]
+        kw_names, self.kw_names = self.kw_names, ()  # KW_NAMES before it (3.12)
+        self._call(inst.arg, kw_names)
+
+    def CALL_KW(self, inst):
+        """3.13: a call whose last arguments are by keyword, their names in a tuple on top."""
+        kw_names = self.pop().as_python_constant()
+        if type(kw_names) is not tuple:
+            raise Unsupported(f"CALL_KW with keyword names {kw_names!r}")
+        self._call(inst.arg, kw_names)
+
+    def _call(self, nargs, kw_names):
+        args = self.popn(nargs)
+        above, below = self.pop(), self.pop()
+        fn, self_arg = bu.call_slots(below, above, lambda v: isinstance(v, NullVariable))
+        if self_arg is not None:  # [callable, self, *args]
+            args = [self_arg, *args]
         kwargs = {}
-        if self.kw_names:
-            n = len(self.kw_names)
-            kwargs = dict(zip(self.kw_names, args[len(args) - n:]))
+        if kw_names:
+            n = len(kw_names)
+            kwargs = dict(zip(kw_names, args[len(args) - n:]))
             args = args[:len(args) - n]
-            self.kw_names = ()
         self.push(self.call_from_opcode(fn, args, kwargs))
 
     def CALL_FUNCTION_EX(self, inst):
         kwargs_var = self.pop() if inst.arg & 0x01 else None
-        args_var, fn = self.pop(), self.pop()
-        if not isinstance(self.pop(), NullVariable):
-            raise Unsupported("CALL_FUNCTION_EX without NULL below the callable")
+        args_var = self.pop()
+        above, below = self.pop(), self.pop()
+        fn, self_arg = bu.call_slots(below, above, lambda v: isinstance(v, NullVariable))
+        if self_arg is not None:
+            raise Unsupported("CALL_FUNCTION_EX without NULL beside the callable")
         args = args_var.unpack_var_sequence(self)
         kwargs = {}
         if kwargs_var is not None:
@@ -581,13 +691,10 @@ class OpcodeHandlers:
         if item is not None:
             return self.push(item)
         self.pop()
-        target = inst.target
-        if self.instructions[target].opname == "END_FOR":
-            target += 1  # 3.12: the exhausted iterator skips END_FOR
-        self.jump_to(target)
+        self.jump_to(bu.loop_exit(self.instructions, inst.target))
 
     def END_FOR(self, inst):
-        self.popn(2)
+        self.popn(bu.END_FOR_POPS)
 
     # ---- jumps --------------------------------------------------------------------------------
 

@@ -61,11 +61,11 @@ def _liveness(code):
             out = set(handler_live)
             for s in bu.successors(inst, n):
                 out |= live_in[s]
-            written, read = bu.local_write(inst), bu.local_read(inst)
-            if written is not None:
-                out.discard(written)
-            if read is not None:
-                out.add(read)
+            for kind, name in reversed(bu.local_accesses(inst, code)):
+                if kind == "w":
+                    out.discard(name)
+                else:
+                    out.add(name)
             new = frozenset(out)
             if new != live_in[inst.index]:
                 live_in[inst.index], changed = new, True
@@ -113,15 +113,17 @@ def _stack_prologue(shape, live, lineno):
                 out.append(bu.create_instruction("GET_ITER", lineno=lineno))
         else:  # ("ctx", fn, args, grad): enter `with fn(*args)` again, then set grad mode grad
             _, fn, args, grad = slot
-            out.append(bu.create_instruction("PUSH_NULL", lineno=lineno))
-            for const in (fn, *args):
+            out.extend(bu.with_null([bu.create_instruction("LOAD_CONST", fn, lineno=lineno)],
+                                    bu.create_instruction("PUSH_NULL", lineno=lineno)))
+            for const in args:
                 out.append(bu.create_instruction("LOAD_CONST", const, lineno=lineno))
             out.extend(bu.create_call(len(args), lineno=lineno))
             out.append(bu.create_instruction("BEFORE_WITH", lineno=lineno))
             out.append(bu.create_instruction("POP_TOP", lineno=lineno))
             if grad is not None:  # the grad mode inside (see ctx.close_blocks): set at once
-                out.append(bu.create_instruction("PUSH_NULL", lineno=lineno))
-                out.append(bu.create_instruction("LOAD_CONST", torch.set_grad_enabled, lineno=lineno))
+                out.extend(bu.with_null(
+                    [bu.create_instruction("LOAD_CONST", torch.set_grad_enabled, lineno=lineno)],
+                    bu.create_instruction("PUSH_NULL", lineno=lineno)))
                 out.append(bu.create_instruction("LOAD_CONST", grad, lineno=lineno))
                 out.extend(bu.create_call(1, lineno=lineno))
                 out.append(bu.create_instruction("POP_TOP", lineno=lineno))
@@ -173,15 +175,14 @@ def resume_code(code, index, shape, live):
 
 
 def codegen_load_resume(cg, f_globals, code, index, shape, live):
-    """Push [NULL, resume function] for a call; returns the resume code."""
+    """Push the resume function (and its NULL) for a call; returns the resume code."""
     from .output_graph import install_global
     new, gname = resume_code(code, index, shape, live)
-    cg.append_push_null()
     if gname is None:
-        cg.append(*bu.create_make_closure(new))
+        cg.append_callable(lambda: cg.append(*bu.create_make_closure(new)))
         return new
     fn = f_globals.get(gname)
     if not (isinstance(fn, types.FunctionType) and fn.__code__ is new):
         install_global(f_globals, gname, types.FunctionType(new, f_globals, new.co_name))
-    cg.load_global(gname)
+    cg.load_global(gname, push_null=True)
     return new

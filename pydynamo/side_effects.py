@@ -209,16 +209,14 @@ def _replay_contents(cg, var, temp):
         cg.append_pop_top()
     elif isinstance(var, DictVariable):  # a dict or dict subclass: dict.clear(d); dict.update(d, new)
         for method, args in ((dict.clear, ()), (dict.update, (temp,))):
-            cg.append_push_null()
-            cg.load_const(method)
+            cg.load_function(method)
             var.source.reconstruct(cg)
             for a in args:
                 cg.load_local(a)
             cg.append_call(1 + len(args))
             cg.append_pop_top()
     else:  # list.__setitem__(lst, slice(None), new)
-        cg.append_push_null()
-        cg.load_const(list.__setitem__)
+        cg.load_function(list.__setitem__)
         var.source.reconstruct(cg)
         cg.load_const(slice(None, None, None))
         cg.load_local(temp)
@@ -266,8 +264,7 @@ def _replay_object_attr(cg, effect, temp):
     if temp is None and not obj.orig_present.get(name, False):
         return
     if slot:
-        cg.append_push_null()
-        cg.load_const(object.__setattr__ if temp is not None else object.__delattr__)
+        cg.load_function(object.__setattr__ if temp is not None else object.__delattr__)
         obj.source.reconstruct(cg)
         cg.load_const(name)
         if temp is not None:
@@ -284,8 +281,7 @@ def _replay_object_attr(cg, effect, temp):
 
 def load_instance_dict(cg, load_obj):
     """Push ``object.__getattribute__(obj, '__dict__')`` (no user ``__getattribute__`` runs)."""
-    cg.append_push_null()
-    cg.load_const(object.__getattribute__)
+    cg.load_function(object.__getattribute__)
     load_obj()
     cg.load_const("__dict__")
     cg.append_call(2)

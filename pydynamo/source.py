@@ -163,8 +163,7 @@ class GenericAttrSource(Source):
         return self.base.steps() + (("g", self.member),)
 
     def reconstruct(self, codegen):
-        codegen.append_push_null()
-        codegen.load_const(object.__getattribute__)
+        codegen.load_function(object.__getattribute__)
         codegen.source(self.base)
         codegen.load_const(self.member)
         codegen.append_call(2)
@@ -187,8 +186,7 @@ class TypeLookupSource(Source):
         return self.base.steps() + (("t", self.member),)
 
     def reconstruct(self, codegen):
-        codegen.append_push_null()
-        codegen.load_const(type_lookup)
+        codegen.load_function(type_lookup)
         codegen.source(self.base)
         codegen.load_const(self.member)
         codegen.append_call(2)

@@ -293,7 +293,10 @@ class InstructionTranslator(TranslatorBase):
             if bu.conditional_jump(inst) is not None:
                 self._break_on_jump(inst, *bu.conditional_jump(inst))
             else:
-                self._break_native(inst, bu.native_form(inst, self.kw_names))
+                kw_names = self.kw_names
+                if inst.opname == "CALL_KW":  # 3.13: the names, a constant, on top
+                    kw_names = tuple(self.pop().as_python_constant())
+                self._break_native(inst, bu.native_form(inst, kw_names))
         except Unsupported as e:
             raise Unsupported(f"{exc.reason}; the graph could not be broken there: {e.reason}",
                               exc.hint) from None
@@ -438,7 +441,7 @@ class InstructionTranslator(TranslatorBase):
         stack_temps, local_temps = temps[:len(stack)], dict(zip(live, temps[len(stack):]))
         label = bu.new_label()
         cg.load_local(stack_temps[-1])
-        self._append_in_blocks(cg, [bu.create_pop_jump(if_true, label, inst.lineno)], inst.lineno)
+        self._append_in_blocks(cg, bu.create_pop_jump(if_true, label, inst.lineno), inst.lineno)
         self._call_resume(cg, inst.index + 1, stack[:-1], live_next,
                           stack_temps[:-1] + [local_temps[n] for n in live_next])
         cg.append(label)

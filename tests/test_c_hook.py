@@ -380,6 +380,47 @@ def test_recursive_function_is_intercepted_at_every_level():
     assert seen == [5, 4, 3, 2, 1]
 
 
+_DEEP_RECURSION = """
+import importlib.machinery, importlib.util, sys
+loader = importlib.machinery.ExtensionFileLoader("pydynamo._C", sys.argv[1])
+_C = importlib.util.module_from_spec(importlib.util.spec_from_loader("pydynamo._C", loader))
+loader.exec_module(_C)
+
+def rec(n):
+    return 0 if n == 0 else 1 + rec(n - 1)
+
+def rec_entry(n):
+    return 0 if n == 0 else 1 + rec(n - 1)
+
+def cb(frame, size):
+    if frame.f_code is rec.__code__:
+        return _C.CacheEntry(_C.GuardSet(), rec_entry.__code__, rec.__code__)
+    return None
+
+sys.setrecursionlimit(1_000_000)
+_C.set_eval_frame(cb)
+try:
+    print("depth", rec(200_000))
+except RecursionError:
+    print("RecursionError")
+_C.set_eval_frame(None)
+print("hits", _C.debug_counters()["hits"] > 100)
+"""
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="3.11 has no C recursion guard: a raised limit "
+                    "plus any PEP 523 hook can overflow the C stack (shared/notes/cpython-frame-eval.md)")
+def test_deep_recursion_through_the_hit_path_raises_recursion_error_instead_of_crashing():
+    """Every level of the hit path nests C calls (hook, vectorcall, evaluator); 3.12+ counts them
+    against the C recursion limit, whatever sys.setrecursionlimit says. In a child process, so a
+    crash fails the test instead of the run."""
+    import subprocess
+    proc = subprocess.run([sys.executable, "-c", _DEEP_RECURSION, _C.__file__], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split("\n")[:2] == ["RecursionError", "hits True"], proc.stdout
+
+
 def test_tracing_function_frames_are_not_intercepted_and_results_stay_right():
     r = Redirect(orig, new)
     traced = []

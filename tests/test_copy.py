@@ -382,7 +382,10 @@ def test_id_of_a_dead_or_new_object_is_refused():
         with pytest.raises(Unsupported, match=reason):
             compiled(fn)[0](torch.ones(2))
     opt, _ = compiled(temporaries, fullgraph=False)
-    assert opt(torch.ones(2))[1] == temporaries(torch.ones(2))[1]  # ran natively
+    got = opt(torch.ones(2))
+    # the comparison ran natively; its answer is the allocator's (3.13 reuses the first
+    # object's address less predictably than 3.11), so only its type is compared
+    assert torch.equal(got[0], torch.ones(2) + 1) and type(got[1]) is bool
 
 
 def test_transformers_config_get_text_config():

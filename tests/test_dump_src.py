@@ -403,7 +403,7 @@ def test_decompiler_keeps_evaluation_order():
         pass
 
     def call_f(arg):
-        return [bu.create_instruction("PUSH_NULL"), bu.create_load_global("f"), Instr("LOAD_CONST", arg),
+        return [bu.create_load_global("f", push_null=True), Instr("LOAD_CONST", arg),
                 *bu.create_call(1)]
     body = [*call_f("a"), Instr("LOAD_FAST", "x"), *call_f("b"), Instr("STORE_FAST", "x"),
             Instr("BUILD_TUPLE", 2), Instr("LOAD_FAST", "x"), *call_f("c"), *call_f("d"), Instr("SWAP", 2),

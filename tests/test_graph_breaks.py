@@ -560,6 +560,55 @@ def mixed_everything(x, y):
     return torch.stack(acc).sum(0)
 
 
+# 3.13's bytecode around breaks: COMPARE_OP's bool bit and TO_BOOL, f-string opcodes, pairs of
+# locals, SET_FUNCTION_ATTRIBUTE, CALL_KW, a comprehension borrowing a cell's slot
+
+def not_of_tensor(x):
+    y = x * 2
+    flag = not (y.sum() > 0)
+    return y + flag
+
+
+def if_not_compare(x):
+    y = x * 2
+    if not y.sum() > 0:
+        y = y + 1
+    return y - 1
+
+
+def fstring_of_items(x):
+    s = f"{x.sum().item():.2f}|{x.shape[0]!r}|{x.dtype!s}"
+    return x + len(s)
+
+
+def swap_around_break(x, y):
+    a, b = x + 1, y * 2
+    print("swap")
+    a, b = b, a
+    return a - b
+
+
+def lambda_defaults_around_break(x):
+    k = x.sum()
+    f = lambda t, s=2, *, u=3: t * s + u + k  # noqa: E731
+    print("lambda")
+    return f(x, u=1)
+
+
+def method_kw_break(x):
+    y = x + 1
+    print("kw", y.shape, sep="|")
+    return y.sum(dim=0, keepdim=True)
+
+
+def cell_comprehension_break(x):
+    k = 1
+    fns = [lambda: k * x for k in range(2)]
+    print("cells")
+    return [f() for f in fns], x * k
+
+
+
 CASES = [
     (bar, lambda: (t(4), pos()), 2),
     (bar, lambda: (t(4), neg()), 2),
@@ -643,6 +692,14 @@ CASES = [
     (sorted_of_tensors, lambda: (t(4),), 2),
     (inline_two_levels, lambda: (t(4),), 4),
     (mixed_everything, lambda: (t(4), t(4, seed=1)), 3),
+    (not_of_tensor, lambda: (t(4),), 2),
+    (not_of_tensor, lambda: (neg(),), 2),
+    (if_not_compare, lambda: (t(4),), 2),
+    (fstring_of_items, lambda: (t(4),), 2),
+    (swap_around_break, lambda: (t(4), t(4, seed=1)), 2),
+    (lambda_defaults_around_break, lambda: (t(4),), 1),  # k, a cell holding a value: no break
+    (method_kw_break, lambda: (t(2, 3),), 2),
+    (cell_comprehension_break, lambda: (t(4),), 1),
 ]
 
 

@@ -774,3 +774,138 @@ def test_user_generator_function():
     def fn(xs):
         return [a * b for a, b in pairs(xs)]
     run(fn, [x3, x3 + 1, x3 + 2, x3 + 3], ops=2)
+
+
+# ---- bytecode that differs between versions (3.13: pairs of locals, CALL_KW, TO_BOOL, ...) ----
+
+def test_fstring_conversions_and_specs():
+    """FORMAT_VALUE (3.11, 3.12); CONVERT_VALUE, FORMAT_SIMPLE, FORMAT_WITH_SPEC (3.13)."""
+    def fn(x, name):
+        n = x.shape[0]
+        label = f"{name!r}:{n:>4}|{name!s}|{name!a}|{n}|{n!r:<3}|{3.5:.2f}{name}"
+        return x * len(label), label
+    run(fn, x3, "é")
+
+
+def test_fstring_of_a_caught_exception():
+    def fn(x):
+        try:
+            raise ValueError("bad", 3)
+        except ValueError as e:
+            return x + 1, f"{e}", f"{e!r}", f"{e!s}"
+    run(fn, x3)
+
+
+def test_lambda_defaults_kwdefaults_and_closure():
+    """MAKE_FUNCTION's flags (3.11, 3.12), SET_FUNCTION_ATTRIBUTE (3.13)."""
+    def fn(x):
+        k = 2
+
+        def inner(a, b=3, *, c=4, d=k):
+            return a * b + c + d
+        f = lambda t, s=0.5, *, u=k: t * s + u  # noqa: E731
+        return inner(x), inner(x, 1, c=0), f(x), f(x, u=1)
+    run(fn, x3)
+
+
+def test_pairs_of_locals():
+    """LOAD_FAST_LOAD_FAST, STORE_FAST_STORE_FAST, STORE_FAST_LOAD_FAST (3.13)."""
+    def fn(x, y):
+        a, b = x, y
+        a, b = b, a
+        c = [a * v for v in (b, a)]
+        p, q, r = a, b, c[0]
+        return a - b, p + q + r, c[1]
+    run(fn, x3, x3 + 1)
+
+
+def test_calls_with_keywords_on_methods_globals_and_locals():
+    """CALL with KW_NAMES (3.11, 3.12), CALL_KW (3.13), with and without self."""
+    def scale(t, factor=1.0, *, shift=0.0):
+        return t * factor + shift
+
+    def fn(x):
+        g = scale
+        return (x.sum(dim=0, keepdim=True), torch.clamp(x, min=-0.5, max=0.5),
+                g(x, factor=2.0, shift=1.0), scale(x, shift=3.0), x.new_zeros(2, dtype=torch.float64))
+    run(fn, m34)
+
+
+def test_truth_tests_on_python_values():
+    """TO_BOOL before jumps and `not` (3.13), COMPARE_OP's bool bit in conditions (3.13)."""
+    def fn(x, items, flag, n):
+        out = x
+        if items:
+            out = out + 1
+        if not flag:
+            out = out * 2
+        if n < 3 and n > 0:
+            out = out - n
+        if 0 < n <= 5:
+            out = out + 10
+        inverted = not items
+        both = flag or n
+        return out, inverted, both, n == 2, (n < 3) is True
+    run(fn, x3, [1], False, 2)
+    run(fn, x3, [], True, 4)
+
+
+def test_tensor_condition_breaks_at_the_jump():
+    """A tensor tested for truth breaks the graph at the jump; 3.13's generated code converts
+    it with TO_BOOL first (its conditional jumps take only a bool)."""
+    def fn(x):
+        y = x + 1
+        if y.sum() > 0:
+            return y * 2
+        return y * 3
+    c = compile_fn(fn, fullgraph=False)
+    for t in (x3.abs(), -x3.abs() - 1):
+        assert same(c(t), fn(t))
+
+
+def test_super_method_and_attribute():
+    """LOAD_SUPER_ATTR (3.12+): the method and the NULL in the version's order."""
+    class Base(torch.nn.Module):
+        scale = 2.0
+
+        def forward(self, x):
+            return x * self.scale
+
+    class Child(Base):
+        def forward(self, x):
+            return super().forward(x) + 1
+    m = Child()
+    run(lambda x: m(x), x3)
+
+
+def test_call_function_ex_forms():
+    def fn(x, *args, **kwargs):
+        def f(*a, **k):
+            return sum(a) + sum(k.values())
+        return f(*args, **kwargs) * x, f(x, *args), torch.cat([*args, x])
+    run(fn, x3, x3 + 1, x3 + 2)
+
+
+def test_closure_cells_passed_to_inner_functions():
+    """3.13 loads a cell for a closure tuple with LOAD_FAST (LOAD_CLOSURE before)."""
+    def fn(x):
+        a = x + 1
+        b = 2
+
+        def inner():
+            def inner2():
+                return a * b
+            return inner2() + 1
+        return inner()
+    run(fn, x3)
+
+
+def test_comprehension_variable_shadowing_a_cell():
+    """3.12+ inline the comprehension: its variable, a cell here (the lambdas capture it),
+    borrows the slot of the function's own cell ``k`` and gives it back afterwards."""
+    def fn(x):
+        k = 1
+        fns = [lambda: k * x for k in range(3)]
+        after = (lambda: k)()
+        return [f() for f in fns], after, x * k
+    run(fn, x3)

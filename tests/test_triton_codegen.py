@@ -657,8 +657,14 @@ def test_launchers_built_ahead_are_the_ones_triton_loads(sources, monkeypatch):
     monkeypatch.setattr(nv, "library_dirs", lambda: [])
     shapes = set()
     for name, _, _, k, _ in compiled_kernels(path):
-        with pytest.raises(RuntimeError, match="captured"):
+        try:
             nv.CudaLauncher(k.src, k.metadata)
+        except RuntimeError as e:
+            if "active drivers" in str(e):  # Triton 3.7 asks for a GPU driver before building it
+                pytest.skip("this Triton builds no launcher without a GPU driver")
+            assert str(e) == "captured"
+        else:
+            pytest.fail("the launcher was not built from source")
         kinds = list(k.src.signature.values())
         shape = (sum(t != "constexpr" for t in kinds), kinds.count("constexpr"))
         assert made[-1] == runtime.launcher_source(*shape), name

@@ -244,8 +244,7 @@ class CellVariable(VariableTracker):
         from ..source import AttrSource, ClosureSource
         if not self.pre_existing:
             import types
-            codegen.append_push_null()
-            codegen.load_const(types.CellType)
+            codegen.load_function(types.CellType)
             if self.contents is not None:
                 codegen(self.contents)
             return codegen.append_call(int(self.contents is not None))

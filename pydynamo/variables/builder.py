@@ -21,6 +21,7 @@ from .builtin import BuiltinVariable, is_supported_builtin
 from .checkpoint import CheckpointVariable, is_checkpoint
 from .constant import ConstantVariable, is_constant_value
 from .dicts import DictVariable
+from .distributed import is_distributed_value, wrap_distributed
 from .exceptions import ExceptionClassVariable
 from .functions import UserFunctionVariable, UserMethodVariable
 from .lists import ListVariable, RangeVariable, SizeVariable, SliceVariable, TupleVariable
@@ -203,6 +204,7 @@ _TABLE = [
     (is_torch_callable, _identity(TorchVariable)),
     (is_supported_builtin, _identity(BuiltinVariable)),
     (is_checkpoint, _identity(CheckpointVariable)),
+    (is_distributed_value, wrap_distributed),  # process groups, collectives (distributed.py)
     (lambda v: isinstance(v, types.FunctionType), _identity(UserFunctionVariable)),
     (is_apply_method, _apply_method),
     (lambda v: isinstance(v, types.MethodType), _bound_method),

@@ -242,8 +242,7 @@ class ContextManagerVariable(VariableTracker):
         if self.used or getattr(self, "entered_on_create", False):
             raise Unsupported(f"{self}, entered in the trace, as a value of the generated code")
         fn, args = self.reentry()
-        codegen.append_push_null()
-        codegen.load_const(fn)
+        codegen.load_function(fn)
         for a in args:
             codegen.load_const(a)
         codegen.append_call(len(args))
@@ -701,8 +700,7 @@ def codegen_enter(cg, blocks):
             cg.set_grad_enabled(c.outer_grad)
         mode = c.grad_inside(c.outer_grad)
         fn, args = c.reentry()
-        cg.append_push_null()
-        cg.load_const(fn)
+        cg.load_function(fn)
         for a in args:
             cg.load_const(a)
         cg.append_call(len(args))

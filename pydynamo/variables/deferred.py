@@ -242,21 +242,22 @@ class DeferredCall:
         from .. import _C
         trampolines = [_trampoline(*frame) for frame in self.frames]
         start = len(codegen.instructions)
-        codegen.append_push_null()
 
         def part(i):
             codegen.load_local(temp)
             codegen.load_const(i)
             codegen.append(bu.create_binary_subscr())
-        if not trampolines:  # NoHookCall(fn)(*args, **kwargs)
-            codegen.append_push_null()
-            codegen.load_const(_C.NoHookCall)
+
+        def no_hook_fn():
+            codegen.load_function(_C.NoHookCall)
             part(0)
             codegen.append_call(1)
+        if not trampolines:  # NoHookCall(fn)(*args, **kwargs)
+            codegen.append_callable(no_hook_fn)
             part(1)
             part(2)
         else:
-            codegen.load_const(_C.NoHookCall(trampolines[0]))
+            codegen.load_function(_C.NoHookCall(trampolines[0]))
             for t in trampolines[1:]:
                 codegen.load_const(t)
             codegen.load_local(temp)

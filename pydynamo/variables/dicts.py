@@ -313,8 +313,7 @@ class OrderedDictVariable(DictVariable):
     def reconstruct(self, codegen):
         if self.source is not None:
             return self.source.reconstruct(codegen)
-        codegen.append_push_null()
-        codegen.load_const(collections.OrderedDict)
+        codegen.load_function(collections.OrderedDict)
         super().reconstruct(codegen)
         codegen.append_call(1)
 
@@ -354,8 +353,7 @@ class DefaultDictVariable(DictVariable):
     def reconstruct(self, codegen):
         if self.source is not None:
             return self.source.reconstruct(codegen)
-        codegen.append_push_null()
-        codegen.load_const(collections.defaultdict)
+        codegen.load_function(collections.defaultdict)
         codegen(self.default_factory)
         super().reconstruct(codegen)
         codegen.append_call(2)

@@ -157,8 +157,7 @@ class ExceptionVariable(VariableTracker):
             raise Unsupported(f"{self.describe()}, raised in the trace, used after it (its "
                               "traceback cannot be rebuilt)")
         from .. import bytecode_utils as bu
-        codegen.append_push_null()
-        codegen.load_const(self.cls)
+        codegen.load_function(self.cls)
         for arg in self.args:
             codegen(arg)
         codegen.append_call(len(self.args))

@@ -295,8 +295,7 @@ class NestedUserFunctionVariable(VariableTracker):
             if not self.annotations.is_python_constant():
                 raise Unsupported(f"annotations of {self.code.co_qualname} are not constants")
             annotations = self.annotations.as_python_constant()
-        codegen.append_push_null()
-        codegen.load_const(make_function)
+        codegen.load_function(make_function)
         codegen.load_const(self.code)
         codegen.load_const(self.f_globals)
         codegen(TupleVariable(self.defaults) if self.defaults else ConstantVariable(None))

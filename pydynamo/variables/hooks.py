@@ -60,6 +60,8 @@ def call_module(tx, var, args, kwargs, entry=None):
     nn.Module's ``__call__`` or ``_call_impl``, called explicitly (``super().__call__(x)``)."""
     from ..guards import no_global_module_hooks
     mod = var.module
+    from .distributed import refuse_distributed_module
+    refuse_distributed_module(mod)
     transparent = tx.transparent_call  # set by a CALL: what forward raises reaches the caller
     if entry is None:
         call = _class_attr(tx, var, "__call__")
@@ -276,8 +278,7 @@ class _TensorHookCall:
         if self.var.example_value._version != 0:
             raise Unsupported(f"Tensor.{self.name}() of an input changed in place later in the "
                               "graph (the hook would be registered on another version of it)")
-        codegen.append_push_null()
-        codegen.load_const(_C.NoHookCall(getattr(torch.Tensor, self.name)))
+        codegen.load_function(_C.NoHookCall(getattr(torch.Tensor, self.name)))
         for i in range(len(self.values.items)):
             codegen.load_local(temp)
             codegen.load_const(i)

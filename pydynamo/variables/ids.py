@@ -80,8 +80,7 @@ class IdVariable(VariableTracker):
         if self.obj.source is None:
             raise Unsupported(f"id() of {self.obj} as a value at run time (the object is made "
                               "by the trace: its address is not known)")
-        codegen.append_push_null()
-        codegen.load_const(id)
+        codegen.load_function(id)
         codegen(self.obj)
         codegen.append_call(1)
 

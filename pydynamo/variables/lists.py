@@ -141,13 +141,12 @@ class TupleVariable(BaseListVariable):
     def reconstruct(self, codegen):
         if self.tuple_cls is not tuple and self.source is None:
             from .user_defined import _is_namedtuple_class
-            codegen.append_push_null()
             plain = _is_namedtuple_class(self.tuple_cls)
             if plain:  # tuple.__new__(cls, items): what its generated __new__ does, in C
-                codegen.load_const(tuple.__new__)
+                codegen.load_function(tuple.__new__)
                 codegen.load_const(self.tuple_cls)
             else:
-                codegen.load_const(self.tuple_cls)
+                codegen.load_function(self.tuple_cls)
             for item in self.items:
                 codegen(item)
             if hasattr(self.tuple_cls, "_fields") and not plain:  # namedtuple(*items)
@@ -531,8 +530,7 @@ class DequeVariable(ListVariable):
     def reconstruct(self, codegen):
         if self.source is not None:
             return self.source.reconstruct(codegen)
-        codegen.append_push_null()
-        codegen.load_const(collections.deque)
+        codegen.load_function(collections.deque)
         for item in self.items:
             codegen(item)
         codegen.append_build(list, len(self.items))

@@ -57,8 +57,7 @@ class NumpyTensorSource(Source):
         raise AssertionError("guards read an ndarray input through its own source (.base)")
 
     def reconstruct(self, codegen):
-        codegen.append_push_null()
-        codegen.load_const(torch.from_numpy)
+        codegen.load_function(torch.from_numpy)
         codegen.source(self.base)
         codegen.append_call(1)
 
@@ -164,8 +163,7 @@ class NdarrayVariable(VariableTracker):
             return self.source.reconstruct(codegen)  # the input object itself
         if self.node not in codegen.graph_outputs:
             raise Unsupported(f"ndarray {self} is neither a graph output nor an input")
-        codegen.append_push_null()
-        codegen.load_const(_to_numpy_scalar if self.scalar else _to_numpy)
+        codegen.load_function(_to_numpy_scalar if self.scalar else _to_numpy)
         codegen.load_local("___graph_out")
         codegen.load_const(codegen.graph_outputs[self.node])
         from .. import bytecode_utils as bu

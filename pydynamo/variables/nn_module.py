@@ -597,16 +597,14 @@ class CreatedModuleVariable(NNModuleVariable):
         from .. import bytecode_utils as bu
         from .builder import wrap_constant
         fn, args, kwargs = self.torch_init
-        codegen.append_push_null()
-        codegen.load_const(object.__new__)
+        codegen.load_function(object.__new__)
         codegen.load_const(type(self.module))
         codegen.append_call(1)
         temp = codegen.new_temp()
         codegen.store_local(temp)
         codegen._temps[id(self)] = temp
         codegen._keep_alive.append(self)
-        codegen.append_push_null()
-        codegen.load_const(fn)
+        codegen.load_function(fn)
         codegen.load_local(temp)
         for value in (*args, *kwargs.values()):
             codegen(wrap_constant(value))

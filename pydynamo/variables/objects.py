@@ -280,8 +280,7 @@ class UserDefinedObjectVariable(VariableTracker):
         if not self.is_new:
             return super().reconstruct(codegen)
         base = solid_base(self.python_type())
-        codegen.append_push_null()
-        codegen.load_const(raw_type_lookup(base, "__new__"))  # the builtin's own allocation
+        codegen.load_function(raw_type_lookup(base, "__new__"))  # the builtin's own allocation
         codegen(self.cls_var)
         if base is tuple:
             codegen(self.base)
@@ -342,8 +341,7 @@ def _as_list(var):
 
 def _emit_call(codegen, fn, temp, arg_emitters):
     """``fn(temp, *args)`` as a statement."""
-    codegen.append_push_null()
-    codegen.load_const(fn)
+    codegen.load_function(fn)
     codegen.load_local(temp)
     for emit in arg_emitters:
         emit()
@@ -497,8 +495,7 @@ class BuiltinMethodVariable(VariableTracker):
 
     def reconstruct(self, codegen):
         if self.obj is not None:  # descr.__get__(obj): the bound method Python makes
-            codegen.append_push_null()
-            codegen.load_const(self.descr.__get__)
+            codegen.load_function(self.descr.__get__)
             codegen(self.obj)
             return codegen.append_call(1)
         if self.source is not None:
@@ -780,8 +777,7 @@ class InstanceDictVariable(VariableTracker):
         return [self.obj]
 
     def reconstruct(self, codegen):
-        codegen.append_push_null()
-        codegen.load_const(object.__getattribute__)
+        codegen.load_function(object.__getattribute__)
         codegen(self.obj)
         codegen.load_const("__dict__")
         codegen.append_call(2)
@@ -890,7 +886,6 @@ class MappingProxyVariable(VariableTracker):
         return [self.mapping]
 
     def reconstruct(self, codegen):
-        codegen.append_push_null()
-        codegen.load_const(types.MappingProxyType)
+        codegen.load_function(types.MappingProxyType)
         codegen(self.mapping)
         codegen.append_call(1)

@@ -316,8 +316,7 @@ def codegen_recipe(codegen, recipe):
             if values is None:
                 call(dict.fromkeys, [("const", keys)])
             else:
-                codegen.append_push_null()
-                codegen.load_const(dict)
+                codegen.load_function(dict)
                 call(zip, [("const", keys), ("const", values)])
                 codegen.append_call(1)
             if view is not None:
@@ -333,8 +332,7 @@ def codegen_recipe(codegen, recipe):
             codegen.append_pop_top()
 
     def call(fn, operands):
-        codegen.append_push_null()
-        codegen.load_const(fn)
+        codegen.load_function(fn)
         for i, op in enumerate(operands):
             if op[0] == "receiver":  # below NULL and fn
                 codegen.append(bu.create_instruction("COPY", 3))

@@ -132,8 +132,7 @@ class SpecInstanceVariable(VariableTracker):
                 args.extend(self.state[entry[1:]].items)
             else:
                 args.append(self.state[entry])
-        codegen.append_push_null()
-        codegen.load_const(self.cls)
+        codegen.load_function(self.cls)
         for value in [*args, *kw_values]:
             codegen(value)
         codegen.append_call(len(args) + len(kw_values), tuple(names))
