@@ -10,7 +10,7 @@ import sys
 import torch
 
 from ..exc import Unsupported
-from .base import VariableTracker
+from .base import ObjectVariable
 
 
 def _fsdp_module_class():
@@ -172,19 +172,8 @@ def _group(tx, var):
                       "is modelled)")
 
 
-class ProcessGroupVariable(VariableTracker):
-    def __init__(self, pg, source=None):
-        super().__init__(source)
-        self.value = pg
-
-    def python_type(self):
-        return type(self.value)
-
-    def as_python_constant(self):
-        return self.value
-
-    def truth(self, tx):
-        return True
+class ProcessGroupVariable(ObjectVariable):
+    """A ProcessGroup, held as itself."""
 
     def var_getattr(self, tx, name):
         from .constant import ConstantVariable
@@ -210,18 +199,8 @@ class ProcessGroupVariable(VariableTracker):
         return f"ProcessGroup {self.value.group_name}"
 
 
-class GroupNamespaceVariable(VariableTracker):
+class GroupNamespaceVariable(ObjectVariable):
     """``torch.distributed.group``: its ``WORLD`` is the default process group."""
-
-    def __init__(self, value, source=None):
-        super().__init__(source)
-        self.value = value
-
-    def python_type(self):
-        return type(self.value)
-
-    def as_python_constant(self):
-        return self.value
 
     def var_getattr(self, tx, name):
         if name == "WORLD":
@@ -235,19 +214,8 @@ class GroupNamespaceVariable(VariableTracker):
         return "torch.distributed.group"
 
 
-class DistributedFunctionVariable(VariableTracker):
-    def __init__(self, fn, source=None):
-        super().__init__(source)
-        self.value = fn
-
-    def python_type(self):
-        return type(self.value)
-
-    def as_python_constant(self):
-        return self.value
-
-    def truth(self, tx):
-        return True
+class DistributedFunctionVariable(ObjectVariable):
+    """A torch.distributed function whose call is modelled (see _handler_of)."""
 
     def call_function(self, tx, args, kwargs):
         import inspect
