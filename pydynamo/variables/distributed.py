@@ -302,6 +302,13 @@ def _same_kind(a, b, what):
         raise Unsupported(f"torch.distributed.{what}: tensors of different dtype or device")
 
 
+def _concatenates(whole, part, n, what):
+    """``whole`` must be ``n`` tensors shaped like ``part`` concatenated along dim 0."""
+    p, w = tuple(part.example_value.size()), tuple(whole.example_value.size())
+    if not p or w != (n * p[0], *p[1:]):
+        raise Unsupported(f"torch.distributed.{what} along dim 0 is modelled")
+
+
 def _dist_all_reduce(tx, a):
     from .constant import ConstantVariable
     _no_async(a)
@@ -321,10 +328,7 @@ def _dist_all_gather_into_tensor(tx, a):
     _same_kind(out_t, inp, "all_gather_into_tensor")
     pg = _group(tx, a["group"])
     n = pg.size()
-    i_shape, o_shape = tuple(inp.example_value.size()), tuple(out_t.example_value.size())
-    if not i_shape or o_shape != (n * i_shape[0], *i_shape[1:]):
-        raise Unsupported("torch.distributed.all_gather_into_tensor: only an output that concatenates "
-                          "the inputs along dim 0 is modelled")
+    _concatenates(out_t, inp, n, "all_gather_into_tensor: only an output that concatenates the inputs")
     res = _emit(tx, torch.ops._c10d_functional.all_gather_into_tensor.default, inp, n, pg.group_name)
     out_t.call_method(tx, "copy_", [res], {})
     return ConstantVariable(None)
@@ -339,10 +343,7 @@ def _dist_reduce_scatter_tensor(tx, a):
     op = _reduce_op_name(_const(a["op"], "op"), for_dist=True)
     pg = _group(tx, a["group"])
     n = pg.size()
-    i_shape, o_shape = tuple(inp.example_value.size()), tuple(out_t.example_value.size())
-    if not o_shape or i_shape != (n * o_shape[0], *o_shape[1:]):
-        raise Unsupported("torch.distributed.reduce_scatter_tensor: only an input that concatenates "
-                          "the outputs along dim 0 is modelled")
+    _concatenates(inp, out_t, n, "reduce_scatter_tensor: only an input that concatenates the outputs")
     res = _emit(tx, torch.ops._c10d_functional.reduce_scatter_tensor.default, inp, op, n, pg.group_name)
     out_t.call_method(tx, "copy_", [res], {})
     return ConstantVariable(None)

@@ -181,7 +181,6 @@ def graph_key(gm):
     parts = [gm.code, _generator_hash(), torch.__version__, triton.__version__,
              os.environ.get("TRITON_INTERPRET", "0"),
              os.environ.get("PYDYNAMO_TRITON_SPLIT_REDUCTIONS", "1"),
-             os.environ.get("PYDYNAMO_TRITON_LAYOUT_OPT", "auto"),
              # deterministic mode lowers index_put / scatter_add to ATen instead of atomics
              str(torch.are_deterministic_algorithms_enabled()),
              repr((scheduler.PERSISTENT_MAX, scheduler.COLUMN_PERSISTENT_MAX, kernel.LOOP_RBLOCK,

@@ -160,14 +160,12 @@ class _Rewrite:
         return moved
 
     def undo(self):
-        out = next(n for n in reversed(self.graph.nodes) if n.op == "output")
         for c in reversed(self.added):
             c.replace_all_uses_with(c.args[0])
             self.graph.erase_node(c)
         for n, v in self.before.items():
             if v is not None:
                 n.meta["val"] = v
-        del out
 
     def done(self):
         if self.added:
