@@ -554,6 +554,52 @@ def test_split_reduction_parts(monkeypatch):
     assert split_factor((2048, 512), [0]) == 1           # turned off
 
 
+def _kernel_code(src):
+    """The generated kernels, without the shared helpers of the header."""
+    return src[src.index("\ndef triton_"):src.index("# ---- The wrapper")]
+
+
+def _nan_at(x, *index):
+    x[index] = float("nan")
+    return x
+
+
+@pytest.mark.parametrize("fn, x, split", [
+    (lambda x: torch.var(x, 1), r(8, 9000) * 3 + 5, False),                       # looped rows
+    (lambda x: torch.std(x, 1), r(8, 9000, dtype=torch.float64) + 1e4, False),   # float64 stays float64
+    (lambda x: torch.var(x, 1, correction=2, keepdim=True), r(3, 5000, dtype=torch.bfloat16), False),
+    (lambda x: torch.var(x, 1), _nan_at(r(8, 9000), 3, 17), False),               # NaN as eager's
+    (lambda x: torch.var(x, 1, correction=0), r(3, 20000) * 3 + 5, True),         # split rows
+    (lambda x: torch.var(x, (0, 2), keepdim=True), r(256, 2, 64) + 100, True),    # split columns
+])
+def test_variance_of_long_rows_reads_its_input_once(sources, fn, x, split):
+    """Rows too long for registers: Welford's running mean and M2 per lane, combined at the end,
+    beside the sum for the mean, in one loop over the input (the two-pass form looped twice).
+    Split: each part's sum and M2 in one kernel, Chan et al.'s combination in the next."""
+    check(fn, x, atol=2e-2 if x.dtype == torch.bfloat16 else 1e-4, rtol=1e-4)
+    code = _kernel_code(sources()[0])
+    assert kernels(code) == (2 if split else 1)
+    first = code.split("@triton.jit")[0]
+    assert first.count("for roffset") <= 1 and first.count("tl.load(in_ptr0") == 1
+    if not split:
+        assert "welford_combine" in first
+    if x.dtype == torch.float64:
+        assert "tl.float64" in first
+
+
+def test_batch_norm_statistics_of_channels_last_split_the_whole_run():
+    """A channels-last batch norm's N, H, W are one run of memory: the split cuts it as one
+    block (so 4 images of 64 channels give 128 programs, not 4), and var_mean's partial sums
+    and M2s come from one kernel."""
+    from pydynamo.backends.triton.reductions import _Plan
+    plan = _Plan((4, 64, 32, 32), [0, 2, 3], (65536, 1, 2048, 64))
+    assert plan.perm == [1, 0, 2, 3] and plan.parts == 128
+    assert _Plan((4, 64, 32, 32), [0, 2, 3], (65536, 1024, 32, 1)).perm is None  # NCHW: as before
+    x = (r(4, 64, 32, 32) * 2 + 50).contiguous(memory_format=torch.channels_last)
+    check(lambda x: (lambda vm: (vm[0], vm[1], x.sum((0, 2, 3)), x.mean((0, 2, 3), keepdim=True)))(
+        torch.var_mean(x, (0, 2, 3))), x, atol=1e-4, rtol=1e-4)
+
+
 def test_column_reductions_read_neighbouring_columns(sources):
     """A column sum (a bias gradient) reads XBLOCK adjacent columns per program; the split
     stage reduces slices of 64 rows in registers, the second stage the 32 partials; programs hold
@@ -1109,3 +1155,19 @@ def test_every_buffer_is_freed_or_handed_on(sources):
     assert made
     for name in made | aliases:
         assert name in deleted | handed | returned, f"{name} is never freed"
+
+
+def test_batch_norm_training_forward_kernels(sources):
+    """A training batch norm's forward: the statistics' partials (sums and M2s) in one kernel;
+    mean, variance, rsqrt and the running statistics' updates (one value per channel, however
+    they are shaped) in the next; the normalization in a third; the batch counter's add."""
+    import pydynamo
+    torch.manual_seed(0)
+    m, ref = torch.nn.BatchNorm2d(64), torch.nn.BatchNorm2d(64)
+    x = (r(4, 64, 32, 32) * 3 + 2).contiguous(memory_format=torch.channels_last)
+    got = pydynamo.optimize("triton")(m)(x)
+    torch.testing.assert_close(got, ref(x), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(m.running_mean, ref.running_mean)
+    torch.testing.assert_close(m.running_var, ref.running_var)
+    assert kernels(sources()[0]) == 4
+    pydynamo.reset()

@@ -229,7 +229,8 @@ class View(Node):
 
 class Reduction(Node):
     """Reduce ``inner`` (a function of an index into ``in_shape``) over ``dims`` with ``kind``:
-    sum, max, min, or sumexp (sum(exp(v - max(v))), softmax's denominator, in one pass).  The
+    sum, max, min, sumexp (sum(exp(v - max(v))), softmax's denominator, in one pass) or welford
+    (the sum of squared deviations from the mean, a variance's M2, in one pass).  The
     output has ``in_shape`` with ``dims`` dropped (or kept as 1s). ``in_stride``: the strides of
     what it reads, whose memory order its kernel walks (None: logical order)."""
 

@@ -247,6 +247,8 @@ class KernelCodegen:
         red = body
         if red.kind == "sumexp":
             return self._sumexp(p, value)
+        if red.kind == "welford":
+            return self._welford(p, value)
         if p.level == "scan":
             return self._scan(p, value)
         if red.kind in ("argmax", "argmin"):
@@ -378,6 +380,38 @@ class KernelCodegen:
             w = self.emit(f"tl.where({am} != {ninf}, tl.exp({am} - {m}), 0)")
             s = self.emit(f"tl.reduce({acc} * {w}, 1, sum_op)[:, None]")
             result = self.emit(f"tl.where({m} != {ninf}, {s}, float(\"nan\"))")
+        self.produced[p.buf.name] = result
+        self._store(p, result)
+
+    def _welford(self, p, value):
+        """The sum of squared deviations from the row's mean (a variance's M2) in one pass over
+        memory. Persistent: the row's mean in registers first. Looped: per lane Welford's running
+        mean, M2 and count, the lanes combined at the end (welford_combine, wrapper.HEADER)."""
+        red = p.buf.body
+        if self.persistent:
+            s = self.emit(f"tl.reduce(tl.where(xmask & rmask, {value}, 0), 1, sum_op)[:, None]")
+            d = self.emit(f"tl.where(xmask & rmask, {value} - {s} / {float(red.rnumel())}, 0)")
+            result = self.emit(f"tl.reduce({d} * {d}, 1, sum_op)[:, None]")
+        else:
+            m, m2, w = (f"acc{self.count + i}" for i in range(3))
+            self.count += 3
+            tl_acc = ops.TL_DTYPE[red.acc_dtype]
+            self.sections.setdefault(("pre", p.phase), []).extend(
+                f"{a} = tl.full([XBLOCK, RBLOCK], 0, {tl_acc})" for a in (m, m2, w))
+            live = "xmask & rmask"
+            self.sections.setdefault(("loop", p.phase), []).extend([
+                f"{w}_new = {w} + 1",
+                f"{m}_delta = {value} - {m}",
+                f"{m}_new = {m} + {m}_delta / {w}_new",
+                f"{m2} = tl.where({live}, {m2} + {m}_delta * ({value} - {m}_new), {m2})",
+                f"{m} = tl.where({live}, {m}_new, {m})",
+                f"{w} = tl.where({live}, {w}_new, {w})"])
+            self.section = ("post", p.phase)
+            self.sections.setdefault(self.section, []).append(
+                f"{m}_all, {m2}_all, {w}_all = tl.reduce(({m}, {m2}, {w}), 1, welford_combine)")
+            result = self.emit(f"{m2}_all[:, None]")
+        if red.post is not None:
+            result = self.emit(red.post(result, red.rnumel()))
         self.produced[p.buf.name] = result
         self._store(p, result)
 

@@ -34,12 +34,13 @@ def reduction(g, node, x, dims, keepdim, kind, out_dtype, post=None, pre=None):
     def inner(k, index):
         v = ops.cast(x.load(k, index), x.dtype, acc)
         return k.emit(pre(v) if pre else v)
-    dims = _dims(x, dims)
-    stride = _traced_stride(node, x)
-    parts = split_factor(x.shape, dims, stride)
-    if parts > 1:
-        return _split_reduction(g, tuple(x.shape), dims, keepdim, kind, out_dtype, acc, inner, post, parts,
-                                stride)
+    plan = _Plan(x.shape, _dims(x, dims), _traced_stride(node, x))
+    if plan.parts > 1:
+        split = _Split(plan, keepdim)
+        partial = split.stage1(g, kind, plan.inner(inner), acc)
+        return plan.back(split.stage2(g, kind, lambda k, index: partial.load(k, split.at(index)), out_dtype, acc,
+                                      None if post is None else (lambda v, _n: post(v, plan.total))), keepdim)
+    dims, stride = plan.dims, plan.stride
     red = Reduction(x.shape, dims, kind, inner, out_dtype, keepdim, stride)
     red.acc_dtype, red.post = acc, post
     return g.realize(red)
@@ -102,49 +103,121 @@ def _unflatten(flat, sizes):
     return out
 
 
-def _split_reduction(g, shape, dims, keepdim, kind, out_dtype, acc, inner, post, parts, stride=None):
-    """Reduce ``dims`` of ``shape`` in two stages (see split_factor): the block of dims that is
-    cut becomes (parts, rows); stage 1 reduces the rows and any other reduced dims into
-    partials, stage 2 reduces the parts."""
-    block = _split_block(dims)
-    b0, bk = block[0], block[-1]
-    stride1 = None
-    if stride is not None and all(shape[d] == 1 or stride[d] == stride[d + 1] * shape[d + 1] for d in block[:-1]):
-        # the block is one run of memory (a channels-last H, W): stage 1 walks it as it lies
-        step = stride[bk]
-        stride1 = stride[:b0] + (step * (math.prod(shape[d] for d in block) // parts), step) + stride[bk + 1:]
-    rest = [d for d in dims if d not in block]   # all after the block
-    total = math.prod(shape[d] for d in dims)
-    rows = math.prod(shape[d] for d in block) // parts
-    shape1 = shape[:b0] + (parts, rows) + shape[bk + 1:]
-    shift = 1 - (len(block) - 1)                 # where a dim after the block lands in shape1
+class _Plan:
+    """How a reduction of ``dims`` of ``shape`` (traced ``stride``, or None) runs: ``parts`` > 1
+    splits it (see split_factor). A split whose reduced dims are one run of memory but not
+    adjacent as dims (a channels-last batch norm's N, H, W) is planned on a permutation of the
+    dims, ``perm``: the kept ones first in their order, then the reduced ones from outermost to
+    innermost in memory, cut as one block (not held to the batch's size: 64 images of 64 channels
+    would give 64 programs). ``shape``, ``dims``, ``stride``: permuted where perm is."""
 
-    def inner1(k, index):
-        flat = Affine.lift(index[b0]) * rows + index[b0 + 1]
-        return inner(k, list(index[:b0]) + _unflatten(flat, shape[b0:bk + 1]) + list(index[b0 + 2:]))
-    red1 = Reduction(shape1, [b0 + 1] + [d + shift for d in rest], kind, inner1, acc, True, stride1)
-    red1.acc_dtype, red1.post = acc, None
-    partial = g.realize(red1)  # shape1 with the rows and the rest reduced to 1s
-    # stage 2: reduce the parts, laid out as the output (keepdim's 1s where dims were reduced)
-    tail = [d for d in range(bk + 1, len(shape)) if keepdim or d not in rest]
-    ones = (1,) * (len(block) - 1) if keepdim else ()
-    shape2 = shape[:b0] + (parts,) + ones + tuple(1 if d in rest else shape[d] for d in tail)
+    def __init__(self, shape, dims, stride):
+        self.in_shape, self.total = tuple(shape), math.prod(shape[d] for d in dims)
+        self.shape, self.dims, self.stride, self.perm = self.in_shape, list(dims), stride, None
+        perm = _memory_run(shape, dims, stride)
+        if perm is not None:
+            pshape, pstride = tuple(shape[d] for d in perm), tuple(stride[d] for d in perm)
+            pdims = list(range(len(perm) - len(dims), len(perm)))
+            if split_factor(pshape, pdims, pstride) > 1:
+                self.shape, self.dims, self.stride, self.perm = pshape, pdims, pstride, perm
+        self.parts = split_factor(self.shape, self.dims, self.stride)
 
-    def inner2(k, index):
-        after = iter(index[b0 + 1 + len(ones):])  # shape2's entries after the parts
-        at = list(index[:b0 + 1]) + [Affine()]     # the partial: ..., parts, 1 (the rows)
-        for d in range(bk + 1, len(shape)):
-            if d in rest:                          # reduced in stage 1: a 1 in the partial
-                if keepdim:
-                    next(after)                    # and a 1 in shape2
+    def inner(self, fn):
+        """``fn`` of a logical index, as a function of a planned (permuted) one."""
+        perm = self.perm
+        if perm is None:
+            return fn
+
+        def permuted(k, pindex):
+            index = [None] * len(perm)
+            for i, d in enumerate(perm):
+                index[d] = pindex[i]
+            return fn(k, index)
+        return permuted
+
+    def back(self, out, keepdim):
+        """A planned reduction's result seen with the logical dims (without keepdim the kept dims
+        are in their logical order already)."""
+        if self.perm is None or not keepdim:
+            return out
+        reduced = set(self.perm[len(self.perm) - len(self.dims):])
+        shape = tuple(1 if d in reduced else s for d, s in enumerate(self.in_shape))
+        kept = [d for d in range(len(shape)) if d not in reduced]
+        return View(out, shape, lambda index: [index[d] for d in kept] + [Affine()] * len(reduced),
+                    (aten.view.default, [list(shape)], {}))
+
+
+def _memory_run(shape, dims, stride):
+    """_Plan's permutation, or None: where the reduced dims are one run of memory but not adjacent."""
+    if stride is None or len(dims) < 2 or dims == list(range(dims[0], dims[-1] + 1)):
+        return None
+    run = sorted(dims, key=lambda d: (-stride[d], d))
+    big = [d for d in run if shape[d] > 1]
+    if any(stride[a] != stride[b] * shape[b] for a, b in zip(big, big[1:])):
+        return None
+    return [d for d in range(len(shape)) if d not in dims] + run
+
+
+class _Split:
+    """A reduction in two stages (see split_factor): the block of dims that is cut becomes
+    (parts, rows); stage 1 reduces the rows and any other reduced dims into partials (``shape1``
+    with those dims 1), stage 2 reduces the parts (``shape2``: the parts at dim ``b0``, the rest
+    laid out as the output, keepdim's 1s where dims were reduced)."""
+
+    def __init__(self, plan, keepdim):
+        shape, dims, stride, parts = plan.shape, plan.dims, plan.stride, plan.parts
+        self.keepdim, self.parts = keepdim, parts
+        block = _split_block(dims)
+        self.b0, self.bk = b0, bk = block[0], block[-1]
+        self.stride1 = None
+        if stride is not None and all(shape[d] == 1 or stride[d] == stride[d + 1] * shape[d + 1] for d in block[:-1]):
+            # the block is one run of memory (a channels-last H, W): stage 1 walks it as it lies
+            step = stride[bk]
+            self.stride1 = stride[:b0] + (step * (math.prod(shape[d] for d in block) // parts), step) + stride[bk + 1:]
+        self.shape, self.rest = shape, [d for d in dims if d not in block]  # rest: all after the block
+        self.rows = math.prod(shape[d] for d in block) // parts
+        self.count = plan.total // parts  # elements each partial reduces
+        self.shape1 = shape[:b0] + (parts, self.rows) + shape[bk + 1:]
+        shift = 1 - (len(block) - 1)       # where a dim after the block lands in shape1
+        self.dims1 = [b0 + 1] + [d + shift for d in self.rest]
+        tail = [d for d in range(bk + 1, len(shape)) if keepdim or d not in self.rest]
+        self.ones = (1,) * (len(block) - 1) if keepdim else ()
+        self.shape2 = shape[:b0] + (parts,) + self.ones + tuple(1 if d in self.rest else shape[d] for d in tail)
+
+    def stage1(self, g, kind, inner, acc):
+        """The partials of reducing ``inner`` (a function of an index into ``shape``)."""
+        b0, bk, rows, shape = self.b0, self.bk, self.rows, self.shape
+
+        def inner1(k, index):
+            flat = Affine.lift(index[b0]) * rows + index[b0 + 1]
+            return inner(k, list(index[:b0]) + _unflatten(flat, shape[b0:bk + 1]) + list(index[b0 + 2:]))
+        red1 = Reduction(self.shape1, self.dims1, kind, inner1, acc, True, self.stride1)
+        red1.acc_dtype, red1.post = acc, None
+        return g.realize(red1)
+
+    def at(self, index):
+        """The index into a partial of a stage-2 index."""
+        b0 = self.b0
+        after = iter(index[b0 + 1 + len(self.ones):])  # shape2's entries after the parts
+        at = list(index[:b0 + 1]) + [Affine()]          # the partial: ..., parts, 1 (the rows)
+        for d in range(self.bk + 1, len(self.shape)):
+            if d in self.rest:                          # reduced in stage 1: a 1 in the partial
+                if self.keepdim:
+                    next(after)                         # and a 1 in shape2
                 at.append(Affine())
             else:
                 at.append(next(after))
-        return partial.load(k, at)
-    red2 = Reduction(shape2, [b0], kind, inner2, out_dtype, keepdim)
-    red2.acc_dtype = acc
-    red2.post = None if post is None else (lambda v, _n: post(v, total))
-    return g.realize(red2)
+        return at
+
+    def out_index(self, index):
+        """The index into a stage-2 result of a stage-2 index."""
+        return [Affine() if d == self.b0 else i for d, i in enumerate(index) if self.keepdim or d != self.b0]
+
+    def stage2(self, g, kind, inner2, out_dtype, acc, post):
+        """Reducing ``inner2`` (a function of an index into shape2) over the parts."""
+        red2 = Reduction(self.shape2, [self.b0], kind, inner2, out_dtype, self.keepdim)
+        red2.acc_dtype, red2.post = acc, post
+        return g.realize(red2)
 
 
 @lowering(aten.cumsum.default)
@@ -259,24 +332,71 @@ def max_dim(g, node, x, dim, keepdim=False):
 
 
 def _var(g, node, x, dims, correction, keepdim, out_dtype):
-    """Two-pass variance: mean first, then the mean of squared deviations (stable, and both
-    passes fuse into one row kernel)."""
+    """(variance, mean), with ``keepdim``'s shape. Rows held in registers: two passes there, the mean first, then
+    the mean of squared deviations. Longer rows, or a split: one pass over memory (_var_welford)."""
     dims = _dims(x, dims)
     n = math.prod(x.shape[d] for d in dims)
     corr = 1 if correction is None else correction
-    m = reduction(g, node, x, dims, True, "sum", out_dtype, post=lambda v, n: f"{v} / {float(n)}")
-    def fn(k, index):
-        v = ops.cast(x.load(k, index), x.dtype, torch.float32)
-        mu = ops.cast(m.load(k, broadcast_index(index, x.shape, m.shape)), m.dtype, torch.float32)
-        return k.emit(f"({v} - {mu}) * ({v} - {mu})")
-    dev = Pointwise(x.shape, torch.float32, fn)
-    dev.reads = reads_of(x) | reads_of(m)
     scale = 1.0 / max(n - corr, 0) if n - corr > 0 else float("nan")
-    var = reduction(g, node, dev, dims, keepdim, "sum", out_dtype,
-                    post=lambda v, _n: f"{v} * {ops.literal(scale)}")
+    plan = _Plan(x.shape, dims, _traced_stride(node, x))
+    if plan.parts > 1 or not Space(plan.shape, plan.dims, plan.stride).persistent():
+        var, m = _var_welford(g, x, plan, out_dtype, scale)
+    else:
+        m = reduction(g, node, x, dims, True, "sum", out_dtype, post=lambda v, n: f"{v} / {float(n)}")
+
+        def fn(k, index):
+            v = ops.cast(x.load(k, index), x.dtype, torch.float32)
+            mu = ops.cast(m.load(k, broadcast_index(index, x.shape, m.shape)), m.dtype, torch.float32)
+            return k.emit(f"({v} - {mu}) * ({v} - {mu})")
+        dev = Pointwise(x.shape, torch.float32, fn)
+        dev.reads = reads_of(x) | reads_of(m)
+        var = reduction(g, node, dev, dims, True, "sum", out_dtype,
+                        post=lambda v, _n: f"{v} * {ops.literal(scale)}")
     if keepdim:
         return var, m
-    return var, View(m, var.shape, lambda index: _insert_zeros(index, dims, len(x.shape)), (aten.squeeze.dims, [dims], {}))
+    shape = tuple(s for d, s in enumerate(x.shape) if d not in dims)
+    return tuple(View(t, shape, lambda index: _insert_zeros(index, dims, len(x.shape)), (aten.squeeze.dims, [dims], {}))
+                 for t in (var, m))
+
+
+def _var_welford(g, x, plan, out_dtype, scale):
+    """(variance, mean), both keepdim, reading ``x`` once: per lane Welford's running mean and
+    sum of squared deviations M2 (kind "welford", kernel.py) beside a plain sum for the mean.
+    Split, each part gives its sum S_i and M2_i over n elements, and the parts combine as Chan
+    et al.'s: M2 = sum(M2_i + n (S_i / n - mean)^2)."""
+    acc = ops.compute_dtype(x.dtype)
+    if acc not in (torch.float32, torch.float64):
+        acc = torch.float32
+
+    def load(k, index):
+        return k.emit(ops.cast(x.load(k, index), x.dtype, acc))
+    inner, total = plan.inner(load), float(plan.total)
+    mean_post = lambda v, _n: f"{v} / {total}"
+    var_post = lambda v, _n: f"{v} * {ops.literal(scale)}"
+    if plan.parts > 1:
+        split = _Split(plan, True)
+        sums, m2s = split.stage1(g, "sum", inner, acc), split.stage1(g, "welford", inner, acc)
+        mean = mean2 = split.stage2(g, "sum", lambda k, index: sums.load(k, split.at(index)), acc, acc, mean_post)
+        n = float(split.count)
+
+        def m2(k, index):  # (inner functions run later: mean2 stays the stage-2 buffer)
+            at = split.at(index)
+            d = k.emit(f"{sums.load(k, at)} / {n} - {mean2.load(k, split.out_index(index))}")
+            return k.emit(f"{m2s.load(k, at)} + {n} * {d} * {d}")
+        var = split.stage2(g, "sum", m2, out_dtype, acc, var_post)
+    else:
+        red = Reduction(plan.shape, plan.dims, "sum", inner, acc, True, plan.stride)
+        red.acc_dtype, red.post = acc, mean_post
+        mean = g.realize(red)
+        red = Reduction(plan.shape, plan.dims, "welford", inner, out_dtype, True, plan.stride)
+        red.acc_dtype, red.post = acc, var_post
+        var = g.realize(red)
+    var, mean = plan.back(var, True), plan.back(mean, True)
+    if out_dtype != acc:
+        m32 = mean
+        mean = Pointwise(m32.shape, out_dtype, lambda k, index: k.emit(ops.cast(m32.load(k, index), acc, out_dtype)))
+        mean.reads = reads_of(m32)
+    return var, mean
 
 
 def _insert_zeros(index, dims, n):

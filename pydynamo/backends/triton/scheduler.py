@@ -79,12 +79,13 @@ class Space:
         if body.shape == self.shape:
             return "full", full
         if self.is_row:
-            kept = [i for d, i in enumerate(full) if d not in self.dims]
-            keep1 = [Affine() if d in self.dims else i for d, i in enumerate(full)]
-            if body.shape == tuple(s for d, s in enumerate(self.shape) if d not in self.dims):
-                return "x", kept
-            if body.shape == tuple(1 if d in self.dims else s for d, s in enumerate(self.shape)):
-                return "x", keep1
+            # one value per row: the kept dims of size > 1, in order, are the body's (its 1s
+            # aside), so the same linear order: (C,), (1, C, 1, 1) or (C, 1, 1) by rows of C
+            kept = [i for d, i in enumerate(full) if d not in self.dims and self.shape[d] != 1]
+            if [s for s in body.shape if s != 1] == [self.shape[d] for d in range(len(self.shape))
+                                                    if d not in self.dims and self.shape[d] != 1]:
+                it = iter(kept)
+                return "x", [next(it) if s != 1 else Affine() for s in body.shape]
         return None
 
     def store_index(self, buf, level, index):

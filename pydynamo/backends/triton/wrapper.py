@@ -75,6 +75,15 @@ def min_nan(a, b):
 
 
 @triton.jit
+def welford_combine(mean1, m2_1, w1, mean2, m2_2, w2):
+    # two (mean, sum of squared deviations, count) of disjoint sets as one of their union
+    w = w1 + w2
+    d = mean2 - mean1
+    f = tl.where(w == 0, 0.0, w2 / w)
+    return mean1 + d * f, m2_1 + m2_2 + d * d * w1 * f, w
+
+
+@triton.jit
 def rsqrt_ftz(x):
     # tl.rsqrt of float32 is libdevice's __nv_rsqrtf, which is this one instruction (Triton
     # compiles with flush-to-zero); inline, it spares the compile linking libdevice (35-50 ms)
