@@ -550,6 +550,9 @@ def test_split_reduction_parts(monkeypatch):
     assert split_factor((1 << 16,), [0]) == 32           # one long row: slices of 2048
     assert split_factor((100, 16), [0]) == 1             # short columns: not worth it
     assert split_factor((4097, 16), [0]) == 1            # no even cut
+    # columns along memory, fewer than a program holds: more programs (32 channels: 512)
+    assert split_factor((32, 802816), [1], (1, 32)) == 512
+    assert split_factor((64, 802816), [1], (1, 64)) == 128
     monkeypatch.setenv("PYDYNAMO_TRITON_SPLIT_REDUCTIONS", "0")
     assert split_factor((2048, 512), [0]) == 1           # turned off
 
@@ -1170,4 +1173,26 @@ def test_batch_norm_training_forward_kernels(sources):
     torch.testing.assert_close(m.running_mean, ref.running_mean)
     torch.testing.assert_close(m.running_var, ref.running_var)
     assert kernels(sources()[0]) == 4
+    pydynamo.reset()
+
+
+def test_recomputed_values_count_only_big_reads(sources):
+    """A value read by two kernels is recomputed in each unless that reads more memory than
+    storing it: per-channel vectors (a batch norm's mean, rstd, weight, bias) do not count, so a
+    bfloat16 batch norm's backward recomputes its float32 normalized input in both kernels
+    rather than store it (twice the input's bytes)."""
+    import pydynamo
+    m = torch.nn.Sequential(torch.nn.BatchNorm2d(32), torch.nn.SiLU())
+    x = r(8, 32, 16, 16).to(torch.bfloat16).contiguous(memory_format=torch.channels_last).requires_grad_()
+    x2 = x.detach().clone().requires_grad_()
+    ref = torch.nn.Sequential(torch.nn.BatchNorm2d(32), torch.nn.SiLU())
+    with torch.autocast("cpu", torch.bfloat16):
+        y = pydynamo.optimize("triton")(m)(x)
+        y2 = ref(x2)
+    y.float().square().sum().backward()
+    y2.float().square().sum().backward()
+    torch.testing.assert_close(y, y2, atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(x.grad, x2.grad, atol=5e-2, rtol=5e-2)
+    bw = sources()[-1]
+    assert kernels(bw) == 3 and "(8, 32, 16, 16), (8192, 1, 512, 32), device=DEVICE, dtype=torch.float32" not in bw
     pydynamo.reset()

@@ -529,8 +529,9 @@ class KernelCodegen:
                 xblock //= 2
         elif self.space.inner:
             rblock, xblock = LOOP_RBLOCK, 1
-        else:
-            rblock, xblock = COLUMN_RBLOCK, min(x2, COLUMN_XBLOCK)
+        else:  # fewer columns than COLUMN_XBLOCK (a batch norm of 32 channels): as many more rows
+            xblock = min(x2, COLUMN_XBLOCK)
+            rblock = min(max(r2, COLUMN_RBLOCK), COLUMN_RBLOCK * COLUMN_XBLOCK // xblock)
         warps = max(1, min(16 if self.space.inner else 8, xblock * rblock // (512 if self.space.inner else 128)))
         if self.persistent and self.space.inner and xblock == 1 and rblock >= 4096 and \
                 max((self.dtypes[n].itemsize for n, p in self.params.items() if p.startswith("in_ptr")),

@@ -6,6 +6,7 @@ Pointwise values stay lazy and are inlined into their users; a value becomes a b
 when something needs memory: a reduction, an ATen fallback, a graph output, or a pointwise
 value so widely used that recomputing it would cost more reads than storing it.
 """
+import math
 import operator
 import re
 
@@ -193,6 +194,7 @@ class GraphLowering:
         self.env = {}
         self._realized = {}      # id(lazy value) -> ComputedBuffer
         self._views = {}         # id(View) -> wrapper name
+        self._numel = {}         # buffer name -> its number of elements
         self._count = 0
         self._origins = frozenset()  # names of the ops the value being lowered computes
         self._seeds = None       # (buffer of per-call random seeds, node -> its seed's position)
@@ -229,6 +231,7 @@ class GraphLowering:
             self.device = val.device
         elif val.device != self.device:
             raise NotImplementedError("inputs on several devices")
+        self._numel[_input_name(name)] = val.numel()
         return InputBuffer(_input_name(name), val.shape, val.stride(), val.dtype, val.device)
 
     def lookup(self, n):
@@ -283,9 +286,17 @@ class GraphLowering:
     def _maybe_realize(self, node, value):
         users = len(node.users)
         if isinstance(value, Pointwise) and users > 1 and (
-                (users - 1) * len(value.reads) > users + REALIZE_READS - 1 or value.cost > REALIZE_COST):
+                (users - 1) * self._big_reads(value) > users + REALIZE_READS - 1 or value.cost > REALIZE_COST):
             return self.realize(value, node)
         return value
+
+    def _big_reads(self, value):
+        """How many of the buffers ``value`` reads cost memory traffic to read again: those of at
+        least 1/8 of its elements. A batch norm's per-channel mean, rstd, weight and bias are
+        read from cache (a bf16 batch norm's backward stored its fp32 normalized input, 2x the
+        input's bytes, because they counted)."""
+        n = math.prod(value.shape)
+        return sum(1 for name in value.reads if self._numel.get(name, n) * 8 >= n)
 
     def realize(self, value, node=None, val=None, exact=False):
         """The value as a Buffer, adding a ComputedBuffer to the items if it is lazy, laid out
@@ -315,6 +326,7 @@ class GraphLowering:
 
     def _store(self, value, stride):
         buf = ComputedBuffer(self.new_name(), value, stride, self.device)
+        self._numel[buf.name] = math.prod(value.shape)
         buf.origins = getattr(value, "origins", frozenset()) | self._origins
         self.items.append(buf)
         return buf
@@ -391,6 +403,7 @@ class GraphLowering:
 
     def _fallback_out(self, name, val):
         if isinstance(val, torch.Tensor):
+            self._numel[name] = val.numel()
             return FallbackBuffer(name, val.shape, val.stride(), val.dtype, val.device)
         return val  # a static int or None: a Python constant
 
