@@ -193,7 +193,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default="resnet,gpt,bert")
     p.add_argument("--modes", default="infer,train")
-    p.add_argument("--iters", type=int, default=60)
+    p.add_argument("--iters", type=int, default=60, help="timed steps per system, over all rounds")
+    p.add_argument("--rounds", type=int, default=10, help="alternating rounds (ratio: their median)")
     p.add_argument("--backend", default="inductor", help="pydynamo's backend (torch.compile's is inductor)")
     p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"],
                    help="bf16: bf16 weights and inputs for inference, autocast to bf16 for training")
@@ -211,7 +212,7 @@ def main():
           f"{'graphs t/o':>12}{'1st call t/o s':>18}{'spread t/o':>16}{'rel err t/o':>20}{'peak MB t/o':>15}")
     for name in a.models.split(","):
         for mode in a.modes.split(","):
-            r, paired = bench(name, mode, device, size, a.iters, backend=a.backend, dtype=a.dtype,
+            r, paired = bench(name, mode, device, size, a.iters, rounds=a.rounds, backend=a.backend, dtype=a.dtype,
                               channels_last=a.channels_last)
             e, (t, tf, tg, ts, te, tm), (o, of, og, os_, oe, om) = r["eager"][0], r["torch.compile"], r["pydynamo"]
             print(f"{name:<9}{mode:<6}{e:>10.3f}{t:>10.3f}{o:>10.3f}{paired:>12.3f}{f'{tg}/{og}':>12}"
