@@ -370,6 +370,8 @@ def _var_welford(g, x, plan, out_dtype, scale):
     sum of squared deviations M2 (kind "welford", kernel.py) beside a plain sum for the mean.
     Split, each part gives its sum S_i and M2_i over n elements, and the parts combine as Chan
     et al.'s: M2 = sum(M2_i + n (S_i / n - mean)^2)."""
+    if not ops.supported_dtype(x.dtype) or not ops.supported_dtype(out_dtype) or math.prod(x.shape) == 0:
+        raise Unlowerable("var")  # (as reduction() refuses them)
     acc = ops.compute_dtype(x.dtype)
     if acc not in (torch.float32, torch.float64):
         acc = torch.float32
