@@ -247,12 +247,19 @@ class KernelCodegen:
         red = body
         if red.kind == "sumexp":
             return self._sumexp(p, value)
-        if red.kind == "welford":
-            return self._welford(p, value)
         if p.level == "scan":
             return self._scan(p, value)
         if red.kind in ("argmax", "argmin"):
             return self._arg(p, value)
+        result = self._welford(p, value) if red.kind == "welford" else self._fold(p, value)
+        if red.post is not None:
+            result = self.emit(red.post(result, red.rnumel()))
+        self.produced[p.buf.name] = result
+        self._store(p, result)
+
+    def _fold(self, p, value):
+        """The row's sum, product, max or min of ``value``."""
+        red = p.buf.body
         neutral = ops.neutral(red.kind, red.acc_dtype)
         nan = red.kind in ("max", "min") and red.acc_dtype.is_floating_point  # they keep NaN, like eager
         fn = f"tl.reduce({{}}, 1, {red.kind}_{'nan' if nan else 'op'})"  # helpers in wrapper.HEADER
@@ -273,10 +280,7 @@ class KernelCodegen:
                 f"{acc} = tl.where(xmask & rmask, {combine}, {acc})")
             self.section = ("post", p.phase)
             result = self.emit(fn.format(acc) + "[:, None]")
-        if red.post is not None:
-            result = self.emit(red.post(result, red.rnumel()))
-        self.produced[p.buf.name] = result
-        self._store(p, result)
+        return result
 
     def _scatter(self, p):
         """Each element of the space added (atomically) or written at the position its target
@@ -410,10 +414,7 @@ class KernelCodegen:
             self.sections.setdefault(self.section, []).append(
                 f"{m}_all, {m2}_all, {w}_all = tl.reduce(({m}, {m2}, {w}), 1, welford_combine)")
             result = self.emit(f"{m2}_all[:, None]")
-        if red.post is not None:
-            result = self.emit(red.post(result, red.rnumel()))
-        self.produced[p.buf.name] = result
-        self._store(p, result)
+        return result
 
     def _assemble(self):
         """The kernel's source text, and its launch configuration."""

@@ -124,8 +124,10 @@ class _Plan:
         if perm is not None:
             pshape, pstride = tuple(shape[d] for d in perm), tuple(stride[d] for d in perm)
             pdims = list(range(len(perm) - len(dims), len(perm)))
-            if split_factor(pshape, pdims, pstride) > 1:
+            self.parts = split_factor(pshape, pdims, pstride)
+            if self.parts > 1:
                 self.shape, self.dims, self.stride, self.perm = pshape, pdims, pstride, perm
+                return
         self.parts = split_factor(self.shape, self.dims, self.stride)
 
     def inner(self, fn):
