@@ -168,7 +168,7 @@ def test_compile_mirrors_torch_compile():
     assert torch.equal(opt(x, 2.0), fn(x, 2.0))
     deco = pydynamo.compile(backend=cnt, fullgraph=True)(fn)
     assert torch.equal(deco(x, 2.0), fn(x, 2.0))
-    with pytest.raises(RuntimeError, match="mode and options are for the inductor backend"):
+    with pytest.raises(RuntimeError, match="mode is for the inductor and triton backends"):
         pydynamo.compile(fn, backend="eager", mode="max-autotune")
     with pytest.raises(ValueError, match="unknown pydynamo backend 'nope'"):
         pydynamo.compile(fn, backend="nope")

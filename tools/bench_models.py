@@ -20,6 +20,7 @@ may hit Inductor's cache for the same graph). Runs on CUDA when available, else 
 the small model sizes (a smoke run, not a measurement).
 """
 import argparse
+import functools
 import os
 import statistics
 import sys
@@ -145,7 +146,8 @@ def _make_step(fn, model, inputs, mode, amp=None):
     return step
 
 
-def bench(name, mode, device, size, iters, rounds=10, backend="inductor", dtype="fp32", channels_last=False):
+def bench(name, mode, device, size, iters, rounds=10, backend="inductor", dtype="fp32", channels_last=False,
+          compile_mode=None):
     """All three systems built first, then timed in turns (`rounds` rounds of iters/rounds steps
     each), so drifts in clocks or load hit all alike. Each system gets its own copy of the model
     with the same weights."""
@@ -164,10 +166,14 @@ def bench(name, mode, device, size, iters, rounds=10, backend="inductor", dtype=
             fn = model
         elif system == "torch.compile":
             from torch._inductor.compile_fx import compile_fx
-            counter = Counting(compile_fx)
+            patches = {"triton.cudagraphs": True} if compile_mode == "reduce-overhead" else None
+            counter = Counting(functools.partial(compile_fx, config_patches=patches))
             fn = torch.compile(model, backend=counter)
         else:
-            counter = Counting(pydynamo.lookup_backend(backend))
+            ours = pydynamo.lookup_backend(backend)
+            if compile_mode is not None:
+                ours = functools.partial(ours, mode=compile_mode)
+            counter = Counting(ours)
             fn = pydynamo.compile(model, backend=counter)
         step = _make_step(fn, model, inputs, mode, amp)
         t0 = time.perf_counter()
@@ -199,6 +205,8 @@ def main():
     p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"],
                    help="bf16: bf16 weights and inputs for inference, autocast to bf16 for training")
     p.add_argument("--channels-last", action="store_true", help="images and convolution weights channels-last")
+    p.add_argument("--mode", default=None, choices=["reduce-overhead"],
+                   help="both compilers' mode (reduce-overhead: CUDA graphs)")
     a = p.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     size = "bench" if device == "cuda" else "small"
@@ -207,13 +215,13 @@ def main():
         torch.backends.cudnn.allow_tf32 = True
     print(f"device: {torch.cuda.get_device_name() if device == 'cuda' else 'cpu (smoke run, small models)'}; "
           f"torch {torch.__version__}; python {sys.version.split()[0]}; pydynamo backend: {a.backend}; "
-          f"{a.dtype}{', channels-last' if a.channels_last else ''}")
+          f"{a.dtype}{', channels-last' if a.channels_last else ''}{f', mode {a.mode}' if a.mode else ''}")
     print(f"{'model':<9}{'mode':<6}{'eager ms':>10}{'torch ms':>10}{'ours ms':>10}{'ours/torch':>12}"
           f"{'graphs t/o':>12}{'1st call t/o s':>18}{'spread t/o':>16}{'rel err t/o':>20}{'peak MB t/o':>15}")
     for name in a.models.split(","):
         for mode in a.modes.split(","):
             r, paired = bench(name, mode, device, size, a.iters, rounds=a.rounds, backend=a.backend, dtype=a.dtype,
-                              channels_last=a.channels_last)
+                              channels_last=a.channels_last, compile_mode=a.mode)
             e, (t, tf, tg, ts, te, tm), (o, of, og, os_, oe, om) = r["eager"][0], r["torch.compile"], r["pydynamo"]
             print(f"{name:<9}{mode:<6}{e:>10.3f}{t:>10.3f}{o:>10.3f}{paired:>12.3f}{f'{tg}/{og}':>12}"
                   f"{f'{tf:.1f}/{of:.1f}':>18}{f'{ts:.1%}/{os_:.1%}':>16}{f'{te:.1e}/{oe:.1e}':>20}"

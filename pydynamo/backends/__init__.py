@@ -96,8 +96,16 @@ def inductor(gm, example_inputs, **kwargs):
 
 
 @register_backend(name="triton")
-def triton(gm, example_inputs):
+def triton(gm, example_inputs, *, mode=None):
     """pydynamo's own Triton code generator: fused pointwise and row-reduction kernels, ATen for
-    the rest (pydynamo/backends/triton/)."""
+    the rest (pydynamo/backends/triton/). ``mode="reduce-overhead"``: replayed as CUDA graphs."""
     from .triton import triton_backend
-    return triton_backend(gm, example_inputs)
+    return triton_backend(gm, example_inputs, mode=mode)
+
+
+@register_backend(name="cudagraphs")
+def cuda_graphs_backend(gm, example_inputs):
+    """AOTAutograd's ATen graphs, unfused, replayed as CUDA graphs (torch.compile's backend of
+    the same name; pydynamo/backends/cudagraphs.py)."""
+    from .cudagraphs import cudagraphs as compile_with_cuda_graphs
+    return compile_with_cuda_graphs(gm, example_inputs)

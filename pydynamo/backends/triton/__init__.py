@@ -33,8 +33,14 @@ def usable(example_inputs):
     return devices == {"cpu"} and os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
-def triton_backend(gm, example_inputs):
-    """The backend: ``gm`` -> a callable on the same flat inputs returning what gm returns."""
+MODES = (None, "default", "reduce-overhead")
+
+
+def triton_backend(gm, example_inputs, mode=None):
+    """The backend: ``gm`` -> a callable on the same flat inputs returning what gm returns.
+    ``mode="reduce-overhead"``: each compiled graph is replayed as a CUDA graph (cudagraphs.py)."""
+    if mode not in MODES:
+        raise ValueError(f"the triton backend's modes are {', '.join(map(repr, MODES))}, not {mode!r}")
     if not usable(example_inputs):
         log.info("triton backend: inputs not on CUDA (nor CPU with TRITON_INTERPRET=1); running eagerly")
         return gm.forward
@@ -67,10 +73,13 @@ def triton_backend(gm, example_inputs):
             _use_lazy_graph_module(True), \
             (runtime.deferred_precompile() if eager_bw else contextlib.nullcontext()):
         # hook off for the backward's compile (at the first backward) and both graphs' runtime
-        compiler = compiler_without_hook(functools.partial(compile_aten_graph, timing=timing))
-        inference = compiler_without_hook(functools.partial(compile_aten_graph, timing=timing, inference=True))
-        compiled = aot_module_simplified(gm, example_inputs, fw_compiler=compiler,
-                                         bw_compiler=compiler, inference_compiler=inference,
+        graphs = _with_cuda_graphs(gm) if mode == "reduce-overhead" else lambda role, compile: compile
+        compiler = functools.partial(compile_aten_graph, timing=timing)
+        inference = functools.partial(compile_aten_graph, timing=timing, inference=True)
+        compiled = aot_module_simplified(gm, example_inputs,
+                                         fw_compiler=compiler_without_hook(graphs("forward", compiler)),
+                                         bw_compiler=compiler_without_hook(graphs("backward", compiler)),
+                                         inference_compiler=compiler_without_hook(graphs("inference", inference)),
                                          decompositions=decomposition_table(),
                                          partition_fn=layout.partition_with_layouts(min_cut_rematerialization_partition))
     # what AOTAutograd took, our graph compiles (timed as their phases) left out
@@ -78,6 +87,20 @@ def triton_backend(gm, example_inputs):
     if single:
         return lambda *args: compiled(*args)[0]
     return compiled
+
+
+def _with_cuda_graphs(gm):
+    """(role, compiler) -> a compiler whose graphs replay as CUDA graphs; in a forward or
+    inference graph, gm's parameters and buffers are read where they are."""
+    from ..cudagraphs import CUDAGraphed, forward_static_inputs
+    static = forward_static_inputs(gm)
+
+    def graphs(role, compile):
+        def compile_graphed(graph, inputs):
+            return CUDAGraphed(compile(graph, inputs), static(inputs) if role != "backward" else (),
+                               name=f"the {role} graph")
+        return compile_graphed
+    return graphs
 
 
 def _start_compile_workers():
