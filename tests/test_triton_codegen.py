@@ -1176,7 +1176,31 @@ def test_batch_norm_training_forward_kernels(sources):
     torch.testing.assert_close(m.running_mean, ref.running_mean)
     torch.testing.assert_close(m.running_var, ref.running_var)
     assert kernels(sources()[0]) == 4
+    # every kernel reads the channels-last input with plain strides: the split's n, h, w fold
+    # back into one index (ir.Affine._fold), with no division or remainder per element
+    loads = [l for l in sources()[0].splitlines() if "tl.load(in_ptr" in l]
+    assert loads and not [l for l in loads if "//" in l or "%" in l]
     pydynamo.reset()
+
+
+def test_split_dims_fold_back_into_one_index():
+    """``c*m*(e // (a*m)) + c*((e // a) % m)`` is ``c*(e // a)``, also where the first term has
+    simplified to a loop variable; the n, h, w of a channels-last reduction fold to one stride."""
+    from pydynamo.backends.triton.ir import Affine
+    e = Affine.var("r2", 784) + Affine.var("x1", 16) * 784
+    n, h, w = e.floordiv(196), e.floordiv(14).mod(14), e.mod(14)
+    assert (n * 200704 + h * 14336 + w * 1024 + Affine.var("x0", 1024)).render() == "1024*r2 + x0 + 802816*x1"
+    e = Affine.var("r2", 196) + Affine.var("x1", 64) * 196  # a part per image: e // 196 is x1
+    assert (Affine.var("x1", 64) * 50176 + e.floordiv(14).mod(14) * 3584 + e.mod(14) * 256).render() \
+        == "256*r2 + 50176*x1"
+    e = Affine.var("r2", 32) + Affine.var("x1", 128) * 32  # parts of 32: e // 32 is x1
+    assert e.floordiv(1024).render() == Affine.var("x1", 128).floordiv(32).render()
+    assert (e.floordiv(1024) * 65536 + e.floordiv(32).mod(32) * 2048 + e.mod(32) * 64).render() \
+        == "64*r2 + 2048*x1"
+    x = Affine.var("x", 10) * 7 + 3
+    assert (x.floordiv(4) * 8 + x.mod(4) * 2).render() == "14*x + 6"
+    assert "%" in (n * 196 + w).render()  # h missing: nothing folds
+    assert "%" in (h * 14336 + w * 1000).render()  # strides that are not a chain: nothing folds
 
 
 def test_recomputed_values_count_only_big_reads(sources):

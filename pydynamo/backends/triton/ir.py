@@ -70,18 +70,24 @@ class Affine:
         return Affine({t: c * k for t, c in self.coefs.items()}, self.const * k, self.bounds, self.deps, self.ops)
 
     def _fold(self):
-        """``k*c*(e // k) + c*(e % k)`` is ``c*e``: what a reshape that splits a dim and a
-        load that merges it back leave behind."""
-        for t, c in list(self.coefs.items()):
-            op = self.ops.get(t)
-            if op is None or op[0] != "//" or t not in self.coefs:
+        """``c*m*(e // (a*m)) + c*((e // a) % m)`` is ``c*(e // a)`` (``a`` may be 1: ``c*e``),
+        whatever form the first term took (``e // (a*m)`` may have simplified to a loop
+        variable). What reshapes that split dims and loads that merge them back leave behind:
+        the n, h, w of a channels-last batch norm's reduction fold back into one stride."""
+        for m, cm in list(self.coefs.items()):
+            op = self.ops.get(m)
+            if not op or op[0] != "%":
                 continue
-            _, e, k = op
-            for m, cm in list(self.coefs.items()):
-                mop = self.ops.get(m)
-                if mop and mop[0] == "%" and mop[2] == k and mop[1].key() == e.key() and c == cm * k:
-                    del self.coefs[t], self.coefs[m]
-                    return (self + e * cm)._fold()
+            _, base, k = op
+            e, a = _divided(base)
+            if e is None:
+                e, a = base, 1
+            above = e.floordiv(a * k) * (cm * k)
+            if not above.coefs or any(self.coefs.get(t) != c for t, c in above.coefs.items()):
+                continue
+            rest = Affine({t: c for t, c in self.coefs.items() if t != m and t not in above.coefs},
+                          self.const - above.const, self.bounds, self.deps, self.ops)
+            return (rest + base * cm)._fold()
         return self
 
     __rmul__ = __mul__
@@ -108,6 +114,14 @@ class Affine:
         if split is not None:
             div, _ = split
             return Affine({t: c // k for t, c in div.coefs.items()}, 0, self.bounds, self.deps, self.ops)
+        # (g*q + r) // k is q // (k / g) when g divides k and r lies in [0, g): one form for one
+        # value, whichever way it was reached ((r2 + 32*x1) // 1024 and x1 // 32 alike)
+        for g in sorted({math.gcd(c, k) for c in self.coefs.values()}, reverse=True):
+            split = self._split(g) if 1 < g < k else None
+            if split is not None:
+                div, _ = split
+                return Affine({t: c // g for t, c in div.coefs.items()}, 0, self.bounds, self.deps,
+                              self.ops).floordiv(k // g)
         return self._opaque(f"(({self.render()}) // {k})", -(-(self.max() + 1) // k), ("//", self, k))
 
     def mod(self, k):
@@ -145,6 +159,17 @@ class Affine:
 
     def __repr__(self):
         return f"Affine({self.render()})"
+
+
+def _divided(a):
+    """(e, k) when ``a`` is exactly the opaque term ``e // k``, else (None, None)."""
+    if a.const or len(a.coefs) != 1:
+        return None, None
+    (t, c), = a.coefs.items()
+    op = a.ops.get(t)
+    if c != 1 or op is None or op[0] != "//":
+        return None, None
+    return op[1], op[2]
 
 
 def _term_order(t):
