@@ -105,6 +105,46 @@ def test_training_graphs_run_channels_last_forward_and_backward(layout_opt, monk
     assert "(1152, 1, 96, 8)" in fw
 
 
+class Residual(torch.nn.Module):
+    """A stem and two ResNet-style blocks: the second's shortcut is a strided 1x1 convolution
+    that reads the first block's output, as its main path does."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, 8, 3, padding=1, bias=False)
+        self.c1, self.b1 = torch.nn.Conv2d(8, 8, 3, padding=1, bias=False), torch.nn.BatchNorm2d(8)
+        self.c2, self.b2 = torch.nn.Conv2d(8, 16, 3, stride=2, padding=1, bias=False), torch.nn.BatchNorm2d(16)
+        self.down = torch.nn.Conv2d(8, 16, 1, stride=2, bias=False)
+
+    def forward(self, x):
+        x = self.stem(x)
+        x = torch.relu(self.b1(self.c1(x)) + x)
+        return torch.relu(self.b2(self.c2(x)) + self.down(x))
+
+
+def test_channels_last_values_are_not_copied_again_for_their_convolutions(layout_opt):
+    """layout.py puts a clone to channels-last in front of every convolution's input; where the
+    value is channels-last already, the clone is the value: no kernel stores one value twice
+    and no copy kernel runs, beside the image's and the weights' own layout changes."""
+    import re
+    torch.manual_seed(0)
+    m, ref = Residual(), Residual()
+    ref.load_state_dict(m.state_dict())
+    x = torch.randn(2, 3, 12, 12)
+    out, want = pydynamo.optimize("triton")(m)(x), ref(x)
+    _same([out], [want])
+    out.square().mean().backward()
+    want.square().mean().backward()
+    for p, q in zip(m.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, atol=1e-5, rtol=1e-4)
+    fw = layout_opt()[0][0]
+    for name, body in re.findall(r"def (triton_\w+)\(.*?\):(.*?)(?=\n# |\n@|\Z)", fw, re.S):
+        stored = re.findall(r"tl\.store\(\w+ \+ \(.*?\), (\w+),", body)
+        assert len(stored) == len(set(stored)), f"{name} stores one value twice"
+    copied = [line for line in fw.splitlines() if line.startswith("def triton_") and "_copy(" in line]
+    assert len(copied) <= 4, copied  # the image, the stem's, c1's and c2's weights (3x3: NCHW -> NHWC)
+
+
 def test_a_view_output_of_a_changed_tensor_leaves_the_graph_as_it_was(layout_opt):
     m = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU()).eval()
     x = torch.randn(2, 3, 9, 9)

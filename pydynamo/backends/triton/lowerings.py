@@ -252,12 +252,27 @@ def _identity(g, node, a, *args, **kwargs):
     if kwargs.get("device") is not None and torch.device(kwargs["device"]) != val.device:
         raise Unlowerable("device change")
     src = a.dtype if isinstance(a, Node) else val.dtype
+    if isinstance(a, Node) and val.dtype == src and _same_layout(a, val) \
+            and not any(u.op == "output" for u in node.users):
+        # a copy of a value into the layout it already has (layout.py's clone to channels-last
+        # in front of a convolution whose input is channels-last) is the value itself: stored
+        # again, it doubled a ResNet's activation stores and kept two copies alive. An output
+        # keeps its own memory: two outputs may not share storage
+        return a
     if val.dtype != src and ops.compute_dtype(val.dtype) != val.dtype:
         # a conversion to half precision rounds there, as in eager, even when a fused consumer
         # goes on in float32 (x.half().float() is not x)
         low = ops.TL_DTYPE[val.dtype]
         return pointwise(node, [a], lambda x: f"{x}.to({low}).to(tl.float32)", operand_dtype=torch.float32)
     return pointwise(node, [a], lambda x: x, operand_dtype=ops.compute_dtype(src))
+
+
+def _same_layout(a, val):
+    """Whether ``a`` (a lazy value: laid out where it is stored, as its reader asks) can stand
+    for the traced tensor ``val``: a stored one must have val's strides (on dims of size > 1)."""
+    if not isinstance(a, Buffer):
+        return isinstance(a, Pointwise)
+    return all(x == y for n, x, y in zip(val.shape, val.stride(), a.stride) if n > 1)
 
 
 for _t in [aten._to_copy.default, prims.convert_element_type.default, aten.clone.default,
