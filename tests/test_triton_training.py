@@ -363,3 +363,23 @@ def test_dropout_eval_and_bfloat16():
     assert out.dtype == torch.bfloat16 and 0.7 < kept.float().mean() < 0.8
     torch.testing.assert_close(out[kept], (xb.float() * (1 / 0.75)).bfloat16()[kept], atol=0, rtol=1e-2)
     pydynamo.reset()
+
+
+def test_clones_the_caller_sees_or_may_change_keep_their_own_memory():
+    """A clone into the layout a value has is that value (lowerings._identity), except where the
+    caller could tell: outputs it receives stay distinct tensors (a training graph's forward
+    too, whose later outputs, saved for the backward, may share memory)."""
+    import pydynamo
+
+    def f(x):
+        y = x.sin()
+        return y, y.clone()
+    x = torch.randn(4, 8, requires_grad=True)
+    for fn in (f, pydynamo.optimize("triton")(f)):
+        a, b = fn(x)
+        b_before = b.detach().clone()
+        with torch.no_grad():
+            a.add_(1.0)
+        assert torch.equal(b, b_before)  # b is not a's memory
+        torch.testing.assert_close(b, x.sin())
+    pydynamo.reset()

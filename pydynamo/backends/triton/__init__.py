@@ -206,6 +206,7 @@ def graph_key(gm):
              os.environ.get("PYDYNAMO_TRITON_SPLIT_REDUCTIONS", "1"),
              # deterministic mode lowers index_put / scatter_add to ATen instead of atomics
              str(torch.are_deterministic_algorithms_enabled()),
+             str(gm.meta.get("pydynamo_saved_from")),  # which outputs may share memory
              repr((scheduler.PERSISTENT_MAX, scheduler.COLUMN_PERSISTENT_MAX, kernel.LOOP_RBLOCK,
                    kernel.POINTWISE_XBLOCK, kernel.COLUMN_XBLOCK, kernel.COLUMN_RBLOCK,
                    lowering.REALIZE_READS, lowering.REALIZE_COST))]

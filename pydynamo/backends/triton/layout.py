@@ -243,6 +243,9 @@ def partition_with_layouts(partition_fn):
     wanted(): the rewrite needs both graphs at once, which only the partition step has."""
     def partition(joint, joint_inputs, *args, num_fwd_outputs, **kwargs):
         fw, bw = partition_fn(joint, joint_inputs, *args, num_fwd_outputs=num_fwd_outputs, **kwargs)
+        # the forward's outputs from here on are saved for the backward, never seen by the user
+        # (lowering may let them share memory, see lowerings._identity)
+        fw.meta["pydynamo_saved_from"] = num_fwd_outputs
         if wanted(fw):
             channels_last_training(fw, bw, num_fwd_outputs)
         return fw, bw

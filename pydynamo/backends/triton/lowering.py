@@ -198,6 +198,12 @@ class GraphLowering:
         self._count = 0
         self._origins = frozenset()  # names of the ops the value being lowered computes
         self._seeds = None       # (buffer of per-call random seeds, node -> its seed's position)
+        # nodes the caller sees as outputs: a forward's outputs from pydynamo_saved_from on are
+        # only saved for the backward (layout.partition_with_layouts)
+        out = next(n for n in reversed(gm.graph.nodes) if n.op == "output").args[0]
+        out = out if isinstance(out, (list, tuple)) else [out]
+        self.user_outputs = set(out[:gm.meta.get("pydynamo_saved_from", len(out))])
+        self.user_output_values = set()  # ids of those nodes' values (lazy and stored)
 
     def new_name(self, prefix="buf"):
         self._count += 1
@@ -215,6 +221,8 @@ class GraphLowering:
                 self.env[node] = buf
             elif node.op == "call_function":
                 self.env[node] = self.lower(node)
+                if node in self.user_outputs:
+                    self.user_output_values |= {id(self.env[node]), id(self.lookup(node))}
             elif node.op == "output":
                 outs = node.args[0]
                 outs = outs if isinstance(outs, (list, tuple)) else [outs]

@@ -10,7 +10,7 @@ import operator
 import torch
 
 from . import ops
-from .ir import Affine, Buffer, Node, Pointwise, Unlowerable, View
+from .ir import Affine, Buffer, InputBuffer, Node, Pointwise, Unlowerable, View
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -252,12 +252,14 @@ def _identity(g, node, a, *args, **kwargs):
     if kwargs.get("device") is not None and torch.device(kwargs["device"]) != val.device:
         raise Unlowerable("device change")
     src = a.dtype if isinstance(a, Node) else val.dtype
-    if isinstance(a, Node) and val.dtype == src and _same_layout(a, val) \
-            and not any(u.op == "output" for u in node.users):
+    if isinstance(a, Node) and not isinstance(a, InputBuffer) and val.dtype == src and _same_layout(a, val) \
+            and node not in g.user_outputs and id(a) not in g.user_output_values:
         # a copy of a value into the layout it already has (layout.py's clone to channels-last
         # in front of a convolution whose input is channels-last) is the value itself: stored
-        # again, it doubled a ResNet's activation stores and kept two copies alive. An output
-        # keeps its own memory: two outputs may not share storage
+        # again, it doubled a ResNet's activation stores and kept two copies alive (the clone
+        # and the value both saved for the backward). Only what the caller sees keeps memory of
+        # its own: an output the user may change in place shares it with nothing, nor does a
+        # copy of an input (saved, it would be the caller's tensor, which the caller may change)
         return a
     if val.dtype != src and ops.compute_dtype(val.dtype) != val.dtype:
         # a conversion to half precision rounds there, as in eager, even when a fused consumer
