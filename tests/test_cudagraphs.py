@@ -98,6 +98,26 @@ def test_a_moved_parameter_is_read_at_its_new_address(on_cpu):
         assert torch.equal(out, x @ w + 1)
 
 
+def test_threads_calling_one_graph_each_get_their_own_results(on_cpu):
+    import threading
+    w = torch.randn(3, 3)
+    g = CUDAGraphed(linear(), static=[0])
+    errors = []
+
+    def work():
+        for _ in range(50):
+            x = torch.randn(2, 3)
+            out = g([w, x])[0]
+            if not torch.equal(out, x @ w + 1):
+                errors.append(1)
+    threads = [threading.Thread(target=work) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and g.calls == 150
+
+
 def test_an_input_handed_back_is_watched_like_an_output(on_cpu):
     """A forward returns its input to save it for the backward: the recording's static input
     buffer goes out, so the next call may not copy into it while it is held."""

@@ -27,6 +27,7 @@ without CUDA graphs, as do graphs whose recording fails (a host synchronization 
 """
 import logging
 import os
+import threading
 import weakref
 
 import torch
@@ -70,6 +71,7 @@ class _Recording:
 
     def __init__(self, runner, args):
         self.inputs, self.copied, self.fixed = [], [], []  # fixed: (position, data pointer)
+        self.device = runner.device
         for i, a in enumerate(args):
             if i in runner.static or _storage_ptr(a) in _OUTPUT_STORAGES \
                     or torch._debug_has_internal_overlap(a) == 1:  # (an expanded tensor: can't be copied into)
@@ -129,7 +131,11 @@ class _Recording:
             for i, _ in self.fixed:
                 self.inputs[i] = args[i]
         args.clear()  # (boxed: the inputs are ours to free)
-        self.replay()
+        if self.device.type == "cuda" and self.device.index != torch.cuda.current_device():
+            with torch.cuda.device(self.device):  # (a replay launches on the current device's stream)
+                self.replay()
+        else:
+            self.replay()
         if CAPTURE is not None:
             for i, _ in self.fixed:
                 self.inputs[i] = None
@@ -154,9 +160,15 @@ class CUDAGraphed:
         self.fn, self.static, self.name = fn, frozenset(static), name
         self.calls, self.recordings, self.off, self.device = 0, [], None, None
         self.replays = 0
+        # one call at a time: two threads must not both find a recording free and replay it
+        self.lock = threading.Lock()
         _RUNNERS.add(self)
 
     def __call__(self, args):
+        with self.lock:
+            return self._call(args)
+
+    def _call(self, args):
         self.calls += 1
         if self.calls == 1:
             self.off = self._unsuitable(args)
