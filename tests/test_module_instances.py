@@ -1,0 +1,184 @@
+"""One compiled function called with several instances of a module class that differ in what
+identity used to pin: training flag, hooks, tied weights, aliasing between submodules, instance
+attributes shadowing class ones, parameters against buffers, submodule types, attributes
+present or not, dtypes. Every call must equal eager, however the compiled entries are shared
+between instances (today each instance compiles its own; torch.compile shares one graph
+between the blocks of a class: issue 22's FSDP2 graph count)."""
+import pytest
+import torch
+import torch.nn as nn
+
+import pydynamo
+from pydynamo.testing import CompileCounter
+
+
+@pytest.fixture(autouse=True)
+def _reset():
+    pydynamo.reset()
+    yield
+    pydynamo.reset()
+
+
+def run_all(instances, x):
+    """Each instance through one compiled ``run(m, x)``, twice (a compile, then a hit), against
+    eager; the backend counts graphs."""
+    cnt = CompileCounter()
+
+    def run(m, x):
+        return m(x)
+    compiled = pydynamo.optimize(cnt)(run)
+    for _ in range(2):
+        for m in instances:
+            torch.testing.assert_close(compiled(m, x), m(x), rtol=1e-6, atol=1e-6)
+    return cnt
+
+
+class Normed(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin, self.bn = nn.Linear(4, 4), nn.BatchNorm1d(4)
+
+    def forward(self, x):
+        return self.bn(self.lin(x))
+
+
+def test_training_flag():
+    torch.manual_seed(0)
+    a, b = Normed(), Normed()
+    b.eval()
+    a.bn.running_mean.fill_(0.5)
+    b.bn.running_mean.fill_(0.5)
+    with torch.no_grad():
+        run_all([a, b], torch.randn(8, 4))
+
+
+def test_a_hook_on_one_instance():
+    torch.manual_seed(0)
+    a, b = nn.Linear(4, 4), nn.Linear(4, 4)
+    b.register_forward_hook(lambda mod, args, out: out + 1)
+    run_all([a, b], torch.randn(2, 4))
+
+
+class Two(nn.Module):
+    def __init__(self, tie):
+        super().__init__()
+        self.l1, self.l2 = nn.Linear(4, 4, bias=False), nn.Linear(4, 4, bias=False)
+        if tie:
+            self.l2.weight = self.l1.weight
+
+    def forward(self, x):
+        return self.l2(torch.relu(self.l1(x)))
+
+
+def test_tied_and_untied_weights_train_as_eager():
+    torch.manual_seed(0)
+    instances = [Two(tie=True), Two(tie=False)]
+    refs = [Two(tie=True), Two(tie=False)]
+    for m, r in zip(instances, refs):
+        r.load_state_dict(m.state_dict())
+    x = torch.randn(3, 4)
+    compiled = pydynamo.optimize("eager")(lambda m, x: m(x).square().sum())
+    for m, r in zip(instances, refs):
+        compiled(m, x).backward()
+        r(x).square().sum().backward()
+        for p, q in zip(m.parameters(), r.parameters()):
+            torch.testing.assert_close(p.grad, q.grad)
+
+
+class Shared(nn.Module):
+    def __init__(self, same):
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+        self.b = self.a if same else nn.Linear(4, 4)
+
+    def forward(self, x):
+        if self.a is self.b:
+            return self.a(x) * 2
+        return self.a(x) + self.b(x)
+
+
+def test_identity_between_submodules():
+    torch.manual_seed(0)
+    run_all([Shared(True), Shared(False)], torch.randn(2, 4))
+    run_all([Shared(False), Shared(True)], torch.randn(2, 4))
+
+
+class Scaled(nn.Module):
+    scale = 2.0
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.lin(x) * self.scale
+
+
+def test_an_instance_attribute_shadowing_the_class_one():
+    torch.manual_seed(0)
+    a, b = Scaled(), Scaled()
+    b.scale = 3.0
+    run_all([a, b], torch.randn(2, 4))
+    run_all([b, a], torch.randn(2, 4))
+
+
+class Weighted(nn.Module):
+    def __init__(self, as_buffer):
+        super().__init__()
+        w = torch.randn(4)
+        if as_buffer:
+            self.register_buffer("w", w)
+        else:
+            self.w = nn.Parameter(w)
+
+    def forward(self, x):
+        return x * self.w
+
+
+def test_a_parameter_and_a_buffer_of_one_name():
+    torch.manual_seed(0)
+    run_all([Weighted(False), Weighted(True)], torch.randn(2, 4))
+
+
+class Activated(nn.Module):
+    def __init__(self, act):
+        super().__init__()
+        self.lin, self.act = nn.Linear(4, 4), act
+
+    def forward(self, x):
+        return self.act(self.lin(x))
+
+
+def test_submodules_of_other_types():
+    torch.manual_seed(0)
+    run_all([Activated(nn.ReLU()), Activated(nn.Tanh()), Activated(nn.Identity())], torch.randn(2, 4))
+
+
+class Optional(nn.Module):
+    def __init__(self, extra):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        if extra:
+            self.extra = 1.5
+
+    def forward(self, x):
+        y = self.lin(x)
+        if hasattr(self, "extra"):
+            y = y + self.extra
+        return y
+
+
+def test_an_attribute_present_on_one_instance_only():
+    torch.manual_seed(0)
+    run_all([Optional(True), Optional(False)], torch.randn(2, 4))
+    run_all([Optional(False), Optional(True)], torch.randn(2, 4))
+
+
+def test_instances_of_other_dtypes():
+    torch.manual_seed(0)
+    a, b = nn.Linear(4, 4), nn.Linear(4, 4).double()
+    x = torch.randn(2, 4)
+    compiled = pydynamo.optimize("eager")(lambda m, x: m(x))
+    for _ in range(2):
+        torch.testing.assert_close(compiled(a, x), a(x))
+        torch.testing.assert_close(compiled(b, x.double()), b(x.double()))
