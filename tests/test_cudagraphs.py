@@ -130,11 +130,25 @@ def test_an_input_handed_back_is_watched_like_an_output(on_cpu):
     assert g.recordings and not g.off
 
 
-def test_non_tensor_inputs_and_other_devices_run_without_graphs(on_cpu, monkeypatch):
-    g = CUDAGraphed(boxed(lambda x, n: [x * n]))
-    for n in range(3):
-        assert torch.equal(g([torch.ones(2), n])[0], torch.full((2,), float(n)))
-    assert "not a tensor" in g.off and not g.recordings
+def test_symbolic_sizes_get_recordings_of_their_own(on_cpu, monkeypatch):
+    """A graph with a symbolic size takes it as an int input: one recording per value, up to
+    MAX_SIZES values; calls with others run without graphs. All are right."""
+    monkeypatch.setattr(cudagraphs, "MAX_SIZES", 3)
+    g = CUDAGraphed(boxed(lambda w, x, n: [x @ w + n]), static=[0])
+    w = torch.randn(3, 3)
+    for n in [2, 3, 2, 3, 4, 5, 6, 2, 5]:
+        x = torch.randn(n, 3)
+        (out,) = g([w, x, n])
+        assert out.shape == (n, 3) and torch.equal(out, x @ w + n)
+        del out
+    assert sorted(r.sizes for r in g.recordings) == [(2,), (3,), (4,)]
+
+
+def test_other_inputs_and_other_devices_run_without_graphs(on_cpu, monkeypatch):
+    g = CUDAGraphed(boxed(lambda x, s: [x * s]))
+    for s in (0.5, 1.5, 2.5):
+        assert torch.equal(g([torch.ones(2), s])[0], torch.full((2,), s))
+    assert "float" in g.off and not g.recordings
     monkeypatch.setattr(cudagraphs, "DEVICE_TYPE", "cuda")
     g = CUDAGraphed(linear(), static=[0])
     w = torch.randn(3, 3)
@@ -172,6 +186,7 @@ def test_training_through_aot_autograd_matches_eager(on_cpu, zero_to_none):
     reads the forward's saved tensors where its recording left them; gradients that autograd
     keeps in .grad hold their recording."""
     torch.manual_seed(0)
+    earlier = set(cudagraphs._RUNNERS)
     ref = MLP()
     model = MLP()
     model.load_state_dict(ref.state_dict())
@@ -193,11 +208,30 @@ def test_training_through_aot_autograd_matches_eager(on_cpu, zero_to_none):
     assert [a.item() for a in got] == pytest.approx([a.item() for a in expected], rel=1e-5)
     for p, q in zip(ref.parameters(), model.parameters()):
         torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-6)
-    runners = [r for r in cudagraphs._RUNNERS if r.recordings]
+    runners = [r for r in cudagraphs._RUNNERS if r.recordings and r not in earlier]
     backward = [r for r in runners if "backward" in r.name]
     assert backward and any(r.recordings[0].fixed for r in backward)  # saved tensors read in place
     # every call after the warm-up replayed (none ran without graphs because a recording was held)
     assert runners and all(r.replays == r.calls - 1 for r in runners)
+    pydynamo.reset()
+
+
+def test_symbolic_batch_sizes_through_aot_autograd(on_cpu):
+    """A model compiled with a dynamic batch: its graphs take the batch as an int; each batch
+    size gets its recordings, and every call equals eager."""
+    torch.manual_seed(0)
+    earlier = set(cudagraphs._RUNNERS)
+    model = MLP()
+    compiled = pydynamo.compile(model, backend="cudagraphs", dynamic=True)
+    with torch.no_grad():
+        for b in [3, 5, 3, 5, 7, 3, 1, 2, 3]:  # (a batch of 1 would broadcast into a recording's)
+            x = torch.randn(b, 8)
+            torch.testing.assert_close(compiled(x), model(x))
+    runners = [r for r in cudagraphs._RUNNERS if r not in earlier]
+    graphed = [r for r in runners if r.recordings and r.dynamic]
+    assert graphed and not [r.off for r in runners if r.off]
+    batches = {shape[0] for g in graphed for r in g.recordings for (shape, _) in r.sizes}
+    assert batches >= {3, 5, 7}
     pydynamo.reset()
 
 

@@ -22,7 +22,10 @@ an error only when an overwritten tensor is read. As in torch.compile, mutating 
 calls is fine; what is the caller's promise is that parameters stay where they are (a moved one
 is re-recorded, then run without graphs).
 
-Graphs with inputs other than CUDA tensors on one device (CPU tensors, symbolic sizes) run
+A graph with symbolic sizes records per set of sizes: the values of its int inputs and the sizes
+and strides of its tensor inputs other than parameters; as many as ``MAX_SIZES`` sets per graph
+(calls with further ones run without graphs).
+Graphs with other inputs than these and CUDA tensors on one device (CPU tensors, floats) run
 without CUDA graphs, as do graphs whose recording fails (a host synchronization inside).
 """
 import logging
@@ -34,7 +37,8 @@ import torch
 
 log = logging.getLogger(__name__)
 
-MAX_RECORDINGS = int(os.environ.get("PYDYNAMO_CUDAGRAPH_MAX_RECORDINGS", "2"))
+MAX_RECORDINGS = int(os.environ.get("PYDYNAMO_CUDAGRAPH_MAX_RECORDINGS", "2"))  # per sizes
+MAX_SIZES = int(os.environ.get("PYDYNAMO_CUDAGRAPH_MAX_SIZES", "8"))  # sizes recorded per graph
 
 # what recordings are made of and on: tests on a CPU set a stand-in that replays by re-running
 CAPTURE, DEVICE_TYPE = None, "cuda"  # None: cuda_capture
@@ -71,9 +75,11 @@ class _Recording:
 
     def __init__(self, runner, args):
         self.inputs, self.copied, self.fixed = [], [], []  # fixed: (position, data pointer)
-        self.device = runner.device
+        self.device, self.sizes = runner.device, runner.sizes_of(args)
         for i, a in enumerate(args):
-            if i in runner.static or _storage_ptr(a) in _OUTPUT_STORAGES \
+            if not isinstance(a, torch.Tensor):  # a size (symbolic in the graph): part of the key
+                self.inputs.append(a)
+            elif i in runner.static or _storage_ptr(a) in _OUTPUT_STORAGES \
                     or torch._debug_has_internal_overlap(a) == 1:  # (an expanded tensor: can't be copied into)
                 self.fixed.append((i, a.data_ptr()))
                 self.inputs.append(a)
@@ -102,10 +108,13 @@ class _Recording:
             _OUTPUT_STORAGES[p] = _OUTPUT_STORAGES.get(p, 0) + 1
         weakref.finalize(self, _forget, self.owned)
 
-    def matches(self, args):
-        return all(args[i].data_ptr() == p for i, p in self.fixed)
+    def matches(self, args, sizes):
+        return sizes == self.sizes and all(args[i].data_ptr() == p for i, p in self.fixed) \
+            and all(args[i].shape == self.inputs[i].shape for i in self.copied)
 
-    def why_not(self, args):
+    def why_not(self, args, sizes):
+        if sizes != self.sizes:
+            return f"recorded for sizes {self.sizes}"
         moved = [i for i, p in self.fixed if args[i].data_ptr() != p]
         if moved:
             return f"inputs {moved[:8]} moved"
@@ -156,10 +165,10 @@ class CUDAGraphed:
     ``static``: positions of inputs whose addresses are stable (parameters and buffers)."""
     _boxed_call = True
 
-    def __init__(self, fn, static=(), name="graph"):
-        self.fn, self.static, self.name = fn, frozenset(static), name
+    def __init__(self, fn, static=(), name="graph", dynamic=False):
+        self.fn, self.static, self.name, self.dynamic = fn, frozenset(static), name, dynamic
         self.calls, self.recordings, self.off, self.device = 0, [], None, None
-        self.replays = 0
+        self.replays, self.size_positions, self.shaped_positions = 0, (), ()
         # one call at a time: two threads must not both find a recording free and replay it
         self.lock = threading.Lock()
         _RUNNERS.add(self)
@@ -177,14 +186,16 @@ class CUDAGraphed:
             return self.fn(args)
         if self.off:
             return self.fn(args)
+        sizes = self.sizes_of(args)
         for r in self.recordings:
-            if r.matches(args) and not r.in_use():
+            if r.matches(args, sizes) and not r.in_use():
                 self.replays += 1
                 return r.run(args)
-        if len(self.recordings) >= MAX_RECORDINGS:
+        same = sum(r.sizes == sizes for r in self.recordings)
+        if same >= MAX_RECORDINGS or not same and len({r.sizes for r in self.recordings}) >= MAX_SIZES:
             if log.isEnabledFor(logging.DEBUG):
                 log.debug("%s runs without CUDA graphs this call: %s", self.name,
-                          "; ".join(r.why_not(args) for r in self.recordings))
+                          "; ".join(r.why_not(args, sizes) for r in self.recordings))
             return self.fn(args)
         try:
             r = _Recording(self, args)
@@ -197,13 +208,28 @@ class CUDAGraphed:
         self.replays += 1
         return r.run(args)
 
+    def sizes_of(self, args):
+        """What one recording serves: the values of the graph's int inputs (symbolic sizes it
+        takes as arguments) and, in a graph with symbolic sizes (``dynamic``), the sizes and
+        strides of its tensor inputs other than parameters."""
+        key = tuple(args[i] for i in self.size_positions)
+        if self.shaped_positions:
+            key += tuple((tuple(args[i].shape), args[i].stride()) for i in self.shaped_positions)
+        return key
+
     def _unsuitable(self, args):
         """Why these inputs can't be replayed from a recording (None: they can)."""
         devices = set()
         for a in args:
+            if type(a) is int:
+                continue
             if not isinstance(a, torch.Tensor):
-                return f"an input is a {type(a).__name__}, not a tensor (a symbolic size?)"
+                return f"an input is a {type(a).__name__}, not a tensor or an int"
             devices.add(a.device)
+        self.size_positions = tuple(i for i, a in enumerate(args) if type(a) is int)
+        if self.dynamic:
+            self.shaped_positions = tuple(i for i, a in enumerate(args)
+                                          if isinstance(a, torch.Tensor) and i not in self.static)
         if any(d.type != DEVICE_TYPE for d in devices):
             return f"inputs on {', '.join(sorted(str(d) for d in devices))}"
         if len(devices) > 1:
@@ -212,6 +238,12 @@ class CUDAGraphed:
         if self.device is None:
             return "no tensor inputs"
         return None
+
+
+def has_symbolic_sizes(inputs):
+    """Whether a graph's example inputs (AOTAutograd's fake tensors) have symbolic sizes."""
+    return any(type(a) is torch.SymInt or isinstance(a, torch.Tensor) and any(
+        type(s) is torch.SymInt for s in (*a.shape, *a.stride())) for a in inputs)
 
 
 def forward_static_inputs(gm):
@@ -238,11 +270,12 @@ def cudagraphs(gm, example_inputs):
         @compiler_without_hook
         def compile(graph, inputs):
             return CUDAGraphed(make_boxed_func(graph.forward), static(inputs) if role == "forward" else (),
-                               name=f"the {role} graph")
+                               name=f"the {role} graph", dynamic=has_symbolic_sizes(inputs))
         return compile
 
     return aot_module_simplified(gm, example_inputs, fw_compiler=compiler("forward"),
                                  bw_compiler=compiler("backward"))
 
 
-__all__ = ["CUDAGraphed", "MAX_RECORDINGS", "forward_static_inputs", "cuda_capture", "cudagraphs"]
+__all__ = ["CUDAGraphed", "MAX_RECORDINGS", "MAX_SIZES", "cuda_capture", "cudagraphs", "forward_static_inputs",
+           "has_symbolic_sizes"]

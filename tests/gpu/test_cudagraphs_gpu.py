@@ -11,6 +11,15 @@ from pydynamo.backends import cudagraphs
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
 
+@pytest.fixture(autouse=True)
+def _fresh():
+    """No runner of an earlier test left to count (reset drops them; collect frees them)."""
+    import gc
+    pydynamo.reset()
+    gc.collect()
+    yield
+
+
 class Block(torch.nn.Module):
     def __init__(self, p=0.0):
         super().__init__()

@@ -92,13 +92,13 @@ def triton_backend(gm, example_inputs, mode=None):
 def _with_cuda_graphs(gm):
     """(role, compiler) -> a compiler whose graphs replay as CUDA graphs; in a forward or
     inference graph, gm's parameters and buffers are read where they are."""
-    from ..cudagraphs import CUDAGraphed, forward_static_inputs
+    from ..cudagraphs import CUDAGraphed, forward_static_inputs, has_symbolic_sizes
     static = forward_static_inputs(gm)
 
     def graphs(role, compile):
         def compile_graphed(graph, inputs):
             return CUDAGraphed(compile(graph, inputs), static(inputs) if role != "backward" else (),
-                               name=f"the {role} graph")
+                               name=f"the {role} graph", dynamic=has_symbolic_sizes(inputs))
         return compile_graphed
     return graphs
 
