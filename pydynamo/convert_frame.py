@@ -32,8 +32,8 @@ _warned_limit = weakref.WeakSet()
 _frame_state = weakref.WeakKeyDictionary()
 
 # Per code whose first argument is an nn.Module: the entries compiled for each instance (held
-# weakly). One block class of a model whose blocks are compiled one by one (FSDP2 per block,
-# or a compiled block per layer) has an entry per instance: cache_size_limit counts per instance.
+# weakly). The blocks of a class share entries (modules are guarded by class); where instances
+# differ (sizes, submodule types), each compiles its own, and cache_size_limit counts per instance.
 _instance_entries = weakref.WeakKeyDictionary()
 
 # Code the user asked to compile by name although it lives in a skipped place: the forward of a
@@ -73,8 +73,8 @@ def _module_instance(frame, code):
 
 def _over_limit(code, instance, cache_size):
     """Whether a miss may not compile: ``cache_size_limit`` entries for the code, or, where the
-    first argument is a module, for that module instance (each instance's entries pin it by
-    identity), with at most ``accumulated_cache_size_limit`` entries for the code in all."""
+    first argument is a module, compiled for that module instance, with at most
+    ``accumulated_cache_size_limit`` entries for the code in all."""
     if cache_size < config.cache_size_limit:
         return False
     if instance is None or cache_size >= config.accumulated_cache_size_limit:

@@ -77,6 +77,8 @@ def store_attr(tx, obj, name, value):
     if type(obj) is UserDefinedClassVariable:
         return store_class_attr(tx, obj, name, value)
     check_attr_store(obj, name, value)
+    if obj.source is not None:  # what the store finds in the module (check_attr_store): this one's
+        tx.output.guards.ID_MATCH(obj.source, obj.module)
     tx.output.side_effects.store_attr(obj, name, value)
     return ConstantVariable(None)
 

@@ -128,17 +128,16 @@ def test_fsdp2_training_matches_eager(ranks, layout):
         _same_steps(res["fsdp_eager"], res[f"fsdp_{layout}_pyd"])
 
 
-def test_fsdp2_each_block_one_graph(ranks):
+def test_fsdp2_blocks_share_one_graph(ranks):
     for res in ranks:
-        # compiled whole: the graph before the blocks, each block's forward (its FSDP hooks run
-        # natively around it, as under torch.compile), the graph after them. torch.compile runs
-        # the model's own frame eagerly (a break inside its loop) and shares one graph between
-        # the blocks (it does not specialize on module identity; pydynamo compiles per block).
-        assert res["fsdp_model_pyd_graphs"] == 2 + 3
+        # Compiled whole: the graph before the blocks, the blocks' forward (its FSDP hooks run
+        # natively around it, as under torch.compile), the graph after them. The blocks share one
+        # graph: modules are guarded by class, not identity. torch.compile runs the model's own
+        # frame eagerly (a break inside its loop) and shares one graph between the blocks too.
+        assert res["fsdp_model_pyd_graphs"] == 2 + 1
         assert res["fsdp_model_torch_graphs"] == 1
-        # compiled block by block (torchtitan's way): one graph per block
-        assert res["fsdp_blocks_pyd_graphs"] == 3
-        assert res["fsdp_blocks_torch_graphs"] == 1
+        # compiled block by block (torchtitan's way): one graph for all blocks, as torch.compile
+        assert res["fsdp_blocks_pyd_graphs"] == res["fsdp_blocks_torch_graphs"] == 1
 
 
 # ---- collectives in user code ------------------------------------------------------------------
@@ -292,9 +291,12 @@ def test_split_respects_grad_mode_and_autocast_regions():
             torch.testing.assert_close(g, p.grad)
 
 
-def test_cache_size_limit_counts_per_module_instance(monkeypatch):
-    """A block class compiled once per block (FSDP2 per block): each instance gets its entries
-    (its own limit), up to accumulated_cache_size_limit for the code."""
+def test_cache_size_limit_with_blocks_compiled_one_by_one(monkeypatch):
+    """A block class compiled once per block (FSDP2 per block): the blocks share their entries
+    (modules are guarded by class); a recompile for one block (another dtype) is an entry that
+    blocks of that dtype share. Past cache_size_limit for the code, a block that compiled
+    nothing yet may still compile (the limit counts per instance), up to
+    accumulated_cache_size_limit."""
     monkeypatch.setattr(pydynamo.config, "cache_size_limit", 2)
     monkeypatch.setattr(pydynamo.config, "accumulated_cache_size_limit", 5)
     graphs = []
@@ -309,14 +311,22 @@ def test_cache_size_limit_counts_per_module_instance(monkeypatch):
     try:
         for b in blocks[:4]:
             torch.testing.assert_close(b(x), b._orig_mod(x))
-        assert len(graphs) == 4  # past cache_size_limit: new instances still compile
-        for dtype in (torch.float64, torch.bfloat16):  # one instance recompiling: its own limit
-            blocks[0].to(dtype)(x.to(dtype))
-        assert len(graphs) == 5  # float64 compiled (its second entry), bfloat16 runs eagerly
-        blocks[4](x)  # the code's fifth entry: accumulated_cache_size_limit
-        blocks[5](x)
-        assert len(graphs) == 5
-        torch.testing.assert_close(blocks[5](x), blocks[5]._orig_mod(x))
+        assert len(graphs) == 1  # one entry serves every block
+        blocks[0].to(torch.float64)
+        blocks[1].to(torch.float64)
+        for b in blocks[:2]:
+            torch.testing.assert_close(b(x.double()), b._orig_mod(x.double()))
+        assert len(graphs) == 2  # float64: the second entry, shared by the float64 blocks
+        blocks[2].to(torch.bfloat16)
+        y = blocks[2](x.bfloat16())  # past cache_size_limit, but block 2's first compile
+        torch.testing.assert_close(y, blocks[2]._orig_mod(x.bfloat16()))
+        assert len(graphs) == 3
+        blocks[0].to(torch.float16)  # block 0 compiled two entries: its limit
+        torch.testing.assert_close(blocks[0](x.half()), blocks[0]._orig_mod(x.half()))
+        assert len(graphs) == 3
+        for b in blocks[3:]:
+            torch.testing.assert_close(b(x), b._orig_mod(x))
+        assert len(graphs) == 3
     finally:
         pydynamo.reset()
 

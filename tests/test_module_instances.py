@@ -1,9 +1,9 @@
 """One compiled function called with several instances of a module class that differ in what
 identity used to pin: training flag, hooks, tied weights, aliasing between submodules, instance
 attributes shadowing class ones, parameters against buffers, submodule types, attributes
-present or not, dtypes. Every call must equal eager, however the compiled entries are shared
-between instances (today each instance compiles its own; torch.compile shares one graph
-between the blocks of a class: issue 22's FSDP2 graph count)."""
+present or not, dtypes. Every call must equal eager. Modules are guarded by class, not identity,
+so instances whose reads agree share an entry (one graph for a model's blocks, as torch.compile);
+where they differ, the guards at each read send them to entries of their own."""
 import pytest
 import torch
 import torch.nn as nn
@@ -93,7 +93,7 @@ class Shared(nn.Module):
 
     def forward(self, x):
         if self.a is self.b:
-            return self.a(x) * 2
+            return self.a(x) * 3  # (not a(x) + b(x), which tied modules would give too)
         return self.a(x) + self.b(x)
 
 
@@ -182,3 +182,41 @@ def test_instances_of_other_dtypes():
     for _ in range(2):
         torch.testing.assert_close(compiled(a, x), a(x))
         torch.testing.assert_close(compiled(b, x.double()), b(x.double()))
+
+
+class Counting(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        self.calls = getattr(self, "calls", 0) + 1  # a store into the module: pins its identity
+        return self.lin(x) + id(self) % 7  # id() of the module: pins it too
+
+
+def test_identity_read_or_written_is_pinned():
+    torch.manual_seed(0)
+    a, b = Counting(), Counting()
+    ra, rb = Counting(), Counting()
+    ra.load_state_dict(a.state_dict())
+    rb.load_state_dict(b.state_dict())
+    compiled = pydynamo.optimize("eager")(lambda m, x: m(x))
+    x = torch.randn(2, 4)
+    for _ in range(2):
+        for m, r in ((a, ra), (b, rb)):
+            torch.testing.assert_close(compiled(m, x) - id(m) % 7, r(x) - id(r) % 7)
+    assert a.calls == b.calls == 2
+
+
+def test_blocks_of_one_class_share_one_graph():
+    """Blocks compiled one by one (FSDP2's way) or called by one compiled function: one graph
+    for every instance of the class, as torch.compile (modules are guarded by class)."""
+    torch.manual_seed(0)
+    cnt = CompileCounter()
+    blocks = [pydynamo.optimize(cnt)(nn.Sequential(nn.Linear(4, 4), nn.GELU(), nn.Linear(4, 4))) for _ in range(4)]
+    x = torch.randn(2, 4)
+    for _ in range(2):
+        for b in blocks:
+            torch.testing.assert_close(b(x), b._orig_mod(x))
+    assert cnt.frame_count == 1
+    assert run_all([nn.Linear(4, 4) for _ in range(3)], x).frame_count == 1

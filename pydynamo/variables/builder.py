@@ -71,7 +71,11 @@ def _has_symbolic_size(fake):
 def _module(tx, value, source):
     if source is None:
         raise Unsupported("an nn.Module that is not reachable from the frame's inputs")
-    _guard(tx, source, "ID_MATCH", value)
+    # by class, not identity: one compiled entry serves every instance whose reads agree, each
+    # read being guarded at its own source (torch.compile shares a block class's graph between
+    # the blocks). What identity alone decides pins it where it is used: `is` between modules
+    # (builtin.is_same_object), id(), attribute stores (opcodes.store_attr)
+    _guard(tx, source, "TYPE_MATCH", value)
     return NNModuleVariable(value, source)
 
 
@@ -261,7 +265,8 @@ def _is_immutable_constant(value):
 
 def _MUTABLE_KINDS(value):
     """Values whose contents a trace may change and read back: lists, dicts, user objects.
-    (Modules are pinned by identity; tensors have their own aliasing guard.)"""
+    (Modules are guarded by class; what depends on their identity pins it where it is read:
+    builtin.is_same_object, builtin._id, opcodes.store_attr. Tensors have their own aliasing guard.)"""
     return type(value) in (list, dict, set, *COLLECTION_TYPES) or (
         not isinstance(value, (torch.Tensor, torch.nn.Module, type, types.ModuleType,
                                types.FunctionType, types.MethodType, tuple))

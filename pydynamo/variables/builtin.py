@@ -383,7 +383,11 @@ def is_same_object(tx, a, b):
             and not isinstance(a, UserMethodVariable):  # bound methods are made per read
         return True
     if isinstance(a, NNModuleVariable) and isinstance(b, NNModuleVariable):
-        return a.module is b.module  # both guarded by ID_MATCH
+        if a.source is not None and b.source is not None:  # the answer holds while the aliasing
+            for v in (a, b):                               # of the two does: guarded
+                tx.output.mutable_sources[v.source.name()] = (v.source, v.module)
+            tx.output.identity_read = True
+        return a.module is b.module
     if isinstance(a, TensorVariable) and isinstance(b, TensorVariable) and a.node is b.node:
         return True
     if _any_ndarray(a, b):
@@ -622,6 +626,7 @@ def _id(tx, obj):
     from .ids import IdVariable
     from .nn_module import NNModuleVariable
     if isinstance(obj, NNModuleVariable) and obj.source is not None:  # (one made by the trace is new each run)
+        tx.output.guards.ID_MATCH(obj.source, obj.module)
         return ConstantVariable(id(obj.module))
     return IdVariable(obj, tx.output)
 

@@ -1,9 +1,10 @@
 """nn.Module instances: calling one inlines its forward; parameters and buffers reach the graph
 as inputs named by their Source (L['self'].lin.weight -> L_self_lin_weight).
 
-A module is guarded by identity; every attribute the trace reads is guarded on its own
-(self.training, self.eps, each parameter's TENSOR_MATCH), and containers by their keys, so
-changing any of them recompiles.
+A module is guarded by class, not identity (builder._module): every attribute the trace reads
+is guarded on its own (self.training, self.eps, each parameter's TENSOR_MATCH), and containers by
+their keys, so changing any of them recompiles, and another instance whose reads agree (the next
+block of a model) uses the same entry.
 """
 import collections
 import types
