@@ -220,3 +220,23 @@ def test_blocks_of_one_class_share_one_graph():
             torch.testing.assert_close(b(x), b._orig_mod(x))
     assert cnt.frame_count == 1
     assert run_all([nn.Linear(4, 4) for _ in range(3)], x).frame_count == 1
+
+
+class Walked(nn.Module):
+    """A tree walk's result depends on which submodules are the same object (torch lists each
+    module and parameter once)."""
+
+    def __init__(self, same):
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+        self.b = self.a if same else nn.Linear(4, 4)
+
+    def forward(self, x):
+        n = len(list(self.children())) + 10 * len(list(self.modules())) + 100 * len(list(self.parameters()))
+        return self.a(x) + n + (self.b in list(self.children()))
+
+
+def test_tree_walks_over_shared_and_distinct_submodules():
+    torch.manual_seed(0)
+    run_all([Walked(True), Walked(False)], torch.randn(2, 4))
+    run_all([Walked(False), Walked(True)], torch.randn(2, 4))
