@@ -249,14 +249,28 @@ def has_symbolic_sizes(inputs):
 def forward_static_inputs(gm):
     """A function of a forward graph's inputs -> the positions among them of ``gm``'s parameters
     and buffers: those AOTAutograd lifts in front of the inputs, and placeholders OutputGraph
-    marked ``pydynamo_static``. None (nothing known static) when the count of inputs is not the
-    one that layout predicts."""
+    marked ``pydynamo_static``. Nothing is known static when the count of inputs is not the one
+    that layout predicts."""
+    from .inductor import _static_inputs
     lifted = len(dict(gm.named_parameters(remove_duplicate=False))) + \
         len(dict(gm.named_buffers(remove_duplicate=False)))
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    static = list(range(lifted)) + [lifted + i for i, n in enumerate(placeholders)
-                                    if n.meta.get("pydynamo_static")]
-    return lambda inputs: static if len(inputs) == lifted + len(placeholders) else ()
+    n_placeholders = sum(1 for n in gm.graph.nodes if n.op == "placeholder")
+    static = list(range(lifted)) + [lifted + i for i in _static_inputs(gm)]
+    return lambda inputs: static if len(inputs) == lifted + n_placeholders else ()
+
+
+def graphed(gm):
+    """(role, compile) -> a compiler like ``compile`` (AOTAutograd's signature) whose graphs
+    replay as CUDA graphs; a forward's or inference graph's parameters and buffers (``gm``'s)
+    are read where they are."""
+    static = forward_static_inputs(gm)
+
+    def wrap(role, compile):
+        def compile_graphed(graph, inputs):
+            return CUDAGraphed(compile(graph, inputs), static(inputs) if role != "backward" else (),
+                               name=f"the {role} graph", dynamic=has_symbolic_sizes(inputs))
+        return compile_graphed
+    return wrap
 
 
 def cudagraphs(gm, example_inputs):
@@ -264,18 +278,14 @@ def cudagraphs(gm, example_inputs):
     from torch._functorch.aot_autograd import aot_module_simplified, make_boxed_func
 
     from ..convert_frame import compiler_without_hook
-    static = forward_static_inputs(gm)
+    wrap = graphed(gm)
 
-    def compiler(role):
-        @compiler_without_hook
-        def compile(graph, inputs):
-            return CUDAGraphed(make_boxed_func(graph.forward), static(inputs) if role == "forward" else (),
-                               name=f"the {role} graph", dynamic=has_symbolic_sizes(inputs))
-        return compile
-
-    return aot_module_simplified(gm, example_inputs, fw_compiler=compiler("forward"),
-                                 bw_compiler=compiler("backward"))
+    def plain(graph, inputs):
+        return make_boxed_func(graph.forward)
+    return aot_module_simplified(gm, example_inputs,
+                                 fw_compiler=compiler_without_hook(wrap("forward", plain)),
+                                 bw_compiler=compiler_without_hook(wrap("backward", plain)))
 
 
 __all__ = ["CUDAGraphed", "MAX_RECORDINGS", "MAX_SIZES", "cuda_capture", "cudagraphs", "forward_static_inputs",
-           "has_symbolic_sizes"]
+           "graphed", "has_symbolic_sizes"]

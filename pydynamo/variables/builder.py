@@ -73,8 +73,8 @@ def _module(tx, value, source):
         raise Unsupported("an nn.Module that is not reachable from the frame's inputs")
     # by class, not identity: one compiled entry serves every instance whose reads agree, each
     # read being guarded at its own source (torch.compile shares a block class's graph between
-    # the blocks). What identity alone decides pins it where it is used: `is` between modules
-    # (builtin.is_same_object), id(), attribute stores (opcodes.store_attr)
+    # the blocks). What identity alone decides pins it where it is used: `is` between modules and
+    # tree walks (nn_module.pin_identities), id(), attribute stores (opcodes.store_attr)
     _guard(tx, source, "TYPE_MATCH", value)
     return NNModuleVariable(value, source)
 
@@ -266,7 +266,7 @@ def _is_immutable_constant(value):
 def _MUTABLE_KINDS(value):
     """Values whose contents a trace may change and read back: lists, dicts, user objects.
     (Modules are guarded by class; what depends on their identity pins it where it is read:
-    builtin.is_same_object, builtin._id, opcodes.store_attr. Tensors have their own aliasing guard.)"""
+    nn_module.pin_identities, builtin._id, opcodes.store_attr. Tensors have their own aliasing guard.)"""
     return type(value) in (list, dict, set, *COLLECTION_TYPES) or (
         not isinstance(value, (torch.Tensor, torch.nn.Module, type, types.ModuleType,
                                types.FunctionType, types.MethodType, tuple))

@@ -371,7 +371,7 @@ def _bool(tx, a=None):
 def is_same_object(tx, a, b):
     """``a is b`` at trace time, or Unsupported when identity is not known."""
     from .functions import UserMethodVariable
-    from .nn_module import NNModuleVariable
+    from .nn_module import NNModuleVariable, pin_identities
     if a is b:
         return True
     if isinstance(a, ConstantVariable) and isinstance(b, ConstantVariable):
@@ -383,10 +383,8 @@ def is_same_object(tx, a, b):
             and not isinstance(a, UserMethodVariable):  # bound methods are made per read
         return True
     if isinstance(a, NNModuleVariable) and isinstance(b, NNModuleVariable):
-        if a.source is not None and b.source is not None:  # the answer holds while the aliasing
-            for v in (a, b):                               # of the two does: guarded
-                tx.output.mutable_sources[v.source.name()] = (v.source, v.module)
-            tx.output.identity_read = True
+        if a.source is not None and b.source is not None:
+            pin_identities(tx, (a, b))
         return a.module is b.module
     if isinstance(a, TensorVariable) and isinstance(b, TensorVariable) and a.node is b.node:
         return True

@@ -163,7 +163,7 @@ def _tree_method(self, tx, name, args, kwargs):
     if name in ("children", "named_children"):
         items, seen = [], set()
         children = [(k, c) for k, c in self._members(tx, "_modules") if isinstance(c, NNModuleVariable)]
-        _pin_identities(tx, [c for _, c in children])
+        pin_identities(tx, [c for _, c in children])
         for k, child in children:
             if id(child.module) not in seen:
                 seen.add(id(child.module))
@@ -180,9 +180,10 @@ def _tree_method(self, tx, name, args, kwargs):
     return ListIteratorVariable([v for _, v in items], types.GeneratorType)
 
 
-def _pin_identities(tx, modules):
-    """Which of these modules are the same object decides what a walk of the module tree lists
-    (torch dedups by identity): guarded (ALIASING), since modules are guarded by class only."""
+def pin_identities(tx, modules):
+    """Which of these modules are the same object stays as traced (ALIASING), where the trace
+    depends on it (a tree walk, which torch dedups by identity; an ``is``): modules are guarded
+    by class only."""
     for m in modules:
         if m.source is not None:
             tx.output.mutable_sources[m.source.name()] = (m.source, m.module)
@@ -191,10 +192,10 @@ def _pin_identities(tx, modules):
 
 def _named_modules(tx, var, prefix, remove_duplicate, memo):
     """torch's named_modules: depth first, each module once (which of them are the same object
-    is guarded: _pin_identities)."""
+    is guarded: pin_identities)."""
     if not _is_torch_method(type(var.module), "named_modules"):
         raise Unsupported(f"{type(var.module).__name__} overrides named_modules")
-    _pin_identities(tx, [var])
+    pin_identities(tx, [var])
     if id(var.module) in memo:
         return []
     if remove_duplicate:

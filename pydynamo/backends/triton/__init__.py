@@ -51,6 +51,7 @@ def triton_backend(gm, example_inputs, mode=None):
     from torch._functorch.aot_autograd import aot_module_simplified
     from torch._functorch.partitioners import min_cut_rematerialization_partition
 
+    from .. import cudagraphs
     from . import layout
     from .decomps import decomposition_table
     gm, single = _tuple_output(gm)
@@ -73,7 +74,7 @@ def triton_backend(gm, example_inputs, mode=None):
             _use_lazy_graph_module(True), \
             (runtime.deferred_precompile() if eager_bw else contextlib.nullcontext()):
         # hook off for the backward's compile (at the first backward) and both graphs' runtime
-        graphs = _with_cuda_graphs(gm) if mode == "reduce-overhead" else lambda role, compile: compile
+        graphs = cudagraphs.graphed(gm) if mode == "reduce-overhead" else lambda role, compile: compile
         compiler = functools.partial(compile_aten_graph, timing=timing)
         inference = functools.partial(compile_aten_graph, timing=timing, inference=True)
         compiled = aot_module_simplified(gm, example_inputs,
@@ -87,20 +88,6 @@ def triton_backend(gm, example_inputs, mode=None):
     if single:
         return lambda *args: compiled(*args)[0]
     return compiled
-
-
-def _with_cuda_graphs(gm):
-    """(role, compiler) -> a compiler whose graphs replay as CUDA graphs; in a forward or
-    inference graph, gm's parameters and buffers are read where they are."""
-    from ..cudagraphs import CUDAGraphed, forward_static_inputs, has_symbolic_sizes
-    static = forward_static_inputs(gm)
-
-    def graphs(role, compile):
-        def compile_graphed(graph, inputs):
-            return CUDAGraphed(compile(graph, inputs), static(inputs) if role != "backward" else (),
-                               name=f"the {role} graph", dynamic=has_symbolic_sizes(inputs))
-        return compile_graphed
-    return graphs
 
 
 def _start_compile_workers():
