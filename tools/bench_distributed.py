@@ -21,9 +21,10 @@ model (same initial weights, same batches), compiled by warm-up steps, then ``--
 that alternate between them, ``--steps`` timed steps each. Printed (rank 0), per compiler: the
 median step time (each step's time is the slowest rank's), the ratio pydynamo / torch.compile
 (issue 22's target: at most 1.02), the first-step loss of each, the number of graphs compiled,
-and the overlap: from one profiled step, the share of the reducing collectives' time (DDP's
-all-reduce, FSDP's reduce-scatter) during which compute ran (on GPUs: NCCL kernels against
-the other kernels; on CPUs: Gloo's work against the training thread's ATen ops, rough).
+and the overlap: over ``--profile-steps`` profiled steps of every rank, the share of the
+reducing collectives' time (DDP's all-reduce, FSDP's reduce-scatter) during which compute ran
+(on GPUs: NCCL kernels against the other kernels, annotated ranges left out; on CPUs: Gloo's
+work against the training thread's ATen ops, rough).
 ``--markdown`` prints the table for docs/performance.md.
 """
 import argparse
@@ -173,14 +174,21 @@ def _covered(interval, union):
     return sum(max(0, min(e, ue) - max(s, us)) for us, ue in union)
 
 
+def _gpu_kernel(ev):
+    """A kernel (or memory op) run on the GPU, not a range annotated around GPU work
+    (``DistributedDataParallel.forward``, ``nccl:all_reduce``: those span many kernels)."""
+    return ev.device_type == torch.autograd.DeviceType.CUDA and not getattr(ev, "is_user_annotation", False)
+
+
 def overlap_share(prof, device):
-    """Share of the reducing collectives' time during which compute ran; None if none seen."""
+    """(hidden, total): time of the reducing collectives during which compute ran, and their
+    whole time; (0, 0) if none seen."""
     comm, compute = [], []
     main_thread = None
     for ev in prof.events():
         iv = (ev.time_range.start, ev.time_range.end)
         if device.type == "cuda":
-            if ev.device_type != torch.autograd.DeviceType.CUDA:
+            if not _gpu_kernel(ev):
                 continue
             name = ev.name.lower()
             if "nccl" in name:
@@ -196,26 +204,50 @@ def overlap_share(prof, device):
                     main_thread = ev.thread
                 if ev.thread == main_thread:
                     compute.append(iv)
-    total = sum(e - s for s, e in comm)
-    if not total:
-        return None
     union = _union(compute)
-    return sum(_covered(iv, union) for iv in comm) / total
+    return sum(_covered(iv, union) for iv in comm), sum(e - s for s, e in comm)
 
 
-def profiled_overlap(model, opt, args, vocab, device, step):
+def print_kernels(prof, top, compiler, steps):
+    """Rank 0's GPU kernels of the profiled steps, per step: total time, count, the collectives' time and
+    the part of it no other kernel overlapped, and the ``top`` kernels by time."""
+    totals, comm, compute = {}, [], []
+    for ev in prof.events():
+        if not _gpu_kernel(ev):
+            continue
+        iv = (ev.time_range.start, ev.time_range.end)
+        t, n = totals.get(ev.name, (0.0, 0))
+        totals[ev.name] = (t + iv[1] - iv[0], n + 1)
+        (comm if "nccl" in ev.name.lower() else compute).append(iv)
+    ms = 1e3 * steps  # profiler times are in µs
+    busy = sum(e - s for s, e in _union(compute))
+    comm_t = sum(e - s for s, e in comm)
+    exposed = comm_t - sum(_covered(iv, _union(compute)) for iv in comm)
+    n = sum(c for _, c in totals.values())
+    print(f"[{compiler}] per step: GPU kernels {n // steps}, compute busy {busy / ms:.2f} ms, collectives "
+          f"{comm_t / ms:.2f} ms ({exposed / ms:.2f} ms not overlapped)")
+    for name, (t, c) in sorted(totals.items(), key=lambda kv: -kv[1][0])[:top]:
+        print(f"[{compiler}]   {t / ms:8.3f} ms {c / steps:7.1f}x  {name[:110]}")
+
+
+def profiled_overlap(model, opt, args, vocab, device, step, compiler_name=""):
+    """Share of the reducing collectives' time hidden behind compute, over ``--profile-steps``
+    profiled steps, on all ranks together (a collective's kernel also spans the wait for the
+    slower rank, so one step of one rank says little)."""
     from torch.profiler import ProfilerActivity, profile
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    ids = batch(args, vocab, step, device)
     sync(device)
     dist.barrier()
     with profile(activities=acts) as prof:
-        train_step(model, opt, ids)
+        for i in range(args.profile_steps):
+            train_step(model, opt, batch(args, vocab, step + i, device))
         sync(device)
-    share = overlap_share(prof, device)
-    t = torch.tensor([-1.0 if share is None else share], dtype=torch.float64, device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.MIN)  # the worst rank
-    return None if t.item() < 0 else t.item()
+    hidden, total = overlap_share(prof, device)
+    if args.kernels and dist.get_rank() == 0 and device.type == "cuda":
+        print_kernels(prof, args.kernels, compiler_name, args.profile_steps)
+    t = torch.tensor([hidden, total], dtype=torch.float64, device=device)
+    dist.all_reduce(t)
+    return None if not t[1].item() else t[0].item() / t[1].item()
 
 
 # ---- main --------------------------------------------------------------------------------------
@@ -242,7 +274,7 @@ def run_one(args, device):
         for compiler, (model, opt, _) in setups.items():
             times[compiler] += timed_steps(model, opt, args, vocab, device, args.steps, step)
         step += args.steps
-    overlap = {c: profiled_overlap(m, o, args, vocab, device, step) for c, (m, o, _) in setups.items()}
+    overlap = {c: profiled_overlap(m, o, args, vocab, device, step, c) for c, (m, o, _) in setups.items()}
     med = {c: statistics.median(t) for c, t in times.items()}
     return dict(model=args.model, mode=args.mode, pyd_ms=med["pydynamo"] * 1e3, torch_ms=med["torch"] * 1e3,
                 ratio=med["pydynamo"] / med["torch"], pyd_overlap=overlap["pydynamo"],
@@ -274,6 +306,9 @@ def main():
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--bucket-cap-mb", type=float, default=None,
                    help="DDP's bucket_cap_mb (default 25, 1 with --tiny; torch.compile wants at least 1)")
+    p.add_argument("--profile-steps", type=int, default=5, help="steps profiled for the overlap")
+    p.add_argument("--kernels", type=int, default=0,
+                   help="print rank 0's GPU time of the profiled step and its N longest kernels")
     p.add_argument("--markdown", action="store_true", help="print the table as markdown")
     args = p.parse_args()
 
