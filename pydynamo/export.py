@@ -337,7 +337,7 @@ def _side_effects(output):
         if kind == "contents":
             out.append(f"the contents of {key[1]}")
         elif kind == "attr":
-            out.append(f"attribute {key[1]}.{key[2]}")
+            out.append(f"attribute {effect[1].source.name()}.{key[2]}")
         elif kind == "objattr":
             if not _restored(effect):
                 source = getattr(effect[1], "source", None)

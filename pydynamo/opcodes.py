@@ -237,7 +237,7 @@ class OpcodeHandlers:
 
     def getattr(self, obj, name):
         """``obj.name``, seeing attribute stores made earlier in the trace."""
-        stored = self.output.side_effects.load_attr(obj, name)
+        stored = self.output.side_effects.load_attr(self, obj, name)
         return stored if stored is not None else obj.var_getattr(self, name)
 
     def STORE_ATTR(self, inst):

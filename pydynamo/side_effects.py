@@ -30,7 +30,8 @@ earlier one (only the final state is observable):
   lru_cache'd call compare the records) and checks, as the trace ends, that the graph did not
   then change p's new memory in place (``_check_data_unchanged``).
 
-The trace reads its own writes: ``load_attr`` / ``load_global`` answer with the stored tracker.
+The trace reads its own writes: ``load_attr`` / ``load_global`` answer with the stored tracker
+(a module's attribute by whatever path reaches the module).
 All new values are built before any is written, since a write may change what a Source reads.
 """
 from . import bytecode_utils as bu
@@ -54,7 +55,7 @@ class SideEffects:
     def store_attr(self, obj, name, value):
         if obj.source is None:
             raise Unsupported(f"attribute assignment on {obj}, which was created while tracing")
-        key = ("attr", obj.source.name(), name)
+        key = _attr_key(obj, name)
         self._effects.pop(key, None)  # replayed in the order of the last store
         self._effects[key] = ("attr", obj, value, name)
 
@@ -111,10 +112,19 @@ class SideEffects:
         variables/deferred.py): replayed once, in order with the other effects."""
         self._effects[("call", id(call))] = ("call", call, call.values)
 
-    def load_attr(self, obj, name):
+    def load_attr(self, tx, obj, name):
+        """``obj.name`` as the trace last stored it, or None. A module's is found by the object,
+        whichever path the store took: the answer holds while which of the modules written and
+        read are the same object does, which is pinned (ALIASING)."""
+        from .variables.nn_module import NNModuleVariable, pin_identities
         if obj.source is None:
             return None
-        effect = self._effects.get(("attr", obj.source.name(), name))
+        if isinstance(obj, NNModuleVariable):
+            written = [e[1] for k, e in self._effects.items() if k[0] == "attr" and type(k[1]) is int  # (a module's)
+                       and k[2] == name and e[1].source.name() != obj.source.name()]
+            if written:
+                pin_identities(tx, [obj, *written])
+        effect = self._effects.get(_attr_key(obj, name))
         return effect[2] if effect is not None else None
 
     def load_global(self, name):
@@ -181,6 +191,14 @@ class SideEffects:
             else:
                 cg.load_local(temp)
                 cg.append(bu.create_instruction("STORE_GLOBAL", effect[1]))
+
+
+def _attr_key(obj, name):
+    """An attribute store's key: a module's by the object (the store pins which one it is,
+    opcodes.store_attr), so that a read through another path to it sees the store (load_attr);
+    anything else's (a class, a tensor input) by its source."""
+    from .variables.nn_module import NNModuleVariable
+    return ("attr", id(obj.module) if isinstance(obj, NNModuleVariable) else obj.source.name(), name)
 
 
 def _build_contents(cg, var):

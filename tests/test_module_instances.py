@@ -240,3 +240,52 @@ def test_tree_walks_over_shared_and_distinct_submodules():
     torch.manual_seed(0)
     run_all([Walked(True), Walked(False)], torch.randn(2, 4))
     run_all([Walked(False), Walked(True)], torch.randn(2, 4))
+
+
+class Frozen(nn.Module):
+    """``a`` and ``b`` are one BatchNorm or two: what the store through ``a`` changes is what the
+    call through ``b`` reads only where they are the same module."""
+
+    def __init__(self, same):
+        super().__init__()
+        self.a = nn.BatchNorm1d(4)
+        self.b = self.a if same else nn.BatchNorm1d(4)
+        self.b.running_mean.fill_(0.5)
+
+    def forward(self, x):
+        self.a.training = False
+        return self.b(x)
+
+
+def test_a_store_read_back_through_another_path():
+    torch.manual_seed(0)
+    x = torch.randn(8, 4)
+    for order in ((True, False, True), (False, True, False)):
+        instances = [Frozen(same) for same in order]
+        refs = [Frozen(same) for same in order]
+        compiled = pydynamo.optimize("eager")(lambda m, x: m(x))
+        for m, r in zip(instances, refs):
+            torch.testing.assert_close(compiled(m, x), r(x))
+            assert not r.a.training and m.b.training == r.b.training
+        m, r = Frozen(False), Frozen(False)  # one instance whose submodules alias later
+        compiled(m, x)
+        for mod in (m, r):
+            mod.b = mod.a
+            mod.a.training = True
+        torch.testing.assert_close(compiled(m, x), r(x))
+        pydynamo.reset()
+
+
+class Shadowed(nn.Module):
+    @property
+    def scale(self):
+        return 2.0
+
+    def forward(self, x):
+        return x * self.scale
+
+
+def test_an_instance_dict_entry_under_a_property():
+    a, b = Shadowed(), Shadowed()
+    b.__dict__["scale"] = 5.0  # object.__getattribute__: the property wins
+    run_all([b, a], torch.randn(2, 4))

@@ -542,7 +542,7 @@ def _attr_name(name):
 
 def has_attr(tx, obj, attr):
     """``hasattr(obj, attr)``, seeing attribute stores made earlier in the trace."""
-    if tx.output.side_effects.load_attr(obj, attr) is not None:
+    if tx.output.side_effects.load_attr(tx, obj, attr) is not None:
         return True
     return obj.has_attr(tx, attr)
 

@@ -123,7 +123,7 @@ def _table(tx, var, name):
             raise Unsupported(f"{type(var.module).__name__} made in the trace has {name}")
         from .dicts import OrderedDictVariable
         return OrderedDictVariable({})
-    if tx.output.side_effects.load_attr(var, name) is not None:
+    if tx.output.side_effects.load_attr(tx, var, name) is not None:
         raise Unsupported(f"{var.source.name()}.{name} is reassigned by the compiled code")
     if name not in var.module.__dict__:
         raise Unsupported(f"{var.source.name()} has no {name} (not made by nn.Module.__init__)")

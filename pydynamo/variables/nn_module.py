@@ -52,7 +52,7 @@ class NNModuleVariable(VariableTracker):
         from .builder import wrap_value
         mod, src = self.module, self._src(name)
         d = mod.__dict__
-        if name in d:
+        if name in d and not _data_descriptor(type(mod), name):  # (a property wins over the dict)
             return wrap_value(tx, d[name], src)
         if name in _TREE_METHODS and _is_torch_method(type(mod), name):
             if src is not None:
@@ -141,6 +141,15 @@ class NNModuleVariable(VariableTracker):
 # and tensors compared by identity: modelled here (where the class does not override them).
 _TREE_METHODS = ("named_parameters", "parameters", "named_buffers", "buffers", "named_modules",
                  "modules", "named_children", "children")
+
+
+def _data_descriptor(cls, name):
+    """``cls`` finds a data descriptor (a property) for ``name``, which an instance-dict entry of
+    that name does not shadow (object.__getattribute__)."""
+    from ..source import type_lookup
+    t = type(type_lookup(cls, name))
+    return type_lookup(t, "__get__") is not None and \
+        (type_lookup(t, "__set__") is not None or type_lookup(t, "__delete__") is not None)
 
 
 def _is_torch_method(cls, name):

@@ -124,7 +124,7 @@ class TensorVariable(VariableTracker):
                 return stored
             raise missing(tx, self.python_cls, name)
         source, real, var = entry
-        stored = tx.output.side_effects.load_attr(var, name)
+        stored = tx.output.side_effects.load_attr(tx, var, name)
         if stored is not None:
             return stored
         from .builder import wrap_value
