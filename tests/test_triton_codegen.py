@@ -1223,3 +1223,43 @@ def test_recomputed_values_count_only_big_reads(sources):
     bw = sources()[-1]
     assert kernels(bw) == 3 and "(8, 32, 16, 16), (8192, 1, 512, 32), device=DEVICE, dtype=torch.float32" not in bw
     pydynamo.reset()
+
+
+def test_inputs_dropped_at_their_last_use():
+    """The call owns its inputs (AOTAutograd's boxed convention): it clears the list and drops
+    each input after the item that reads it last, so a backward frees the forward's saved tensors
+    as it goes. A fallback op after the input's last read sees it freed; the input that is
+    returned stays."""
+    import weakref
+
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from pydynamo.backends.triton import compile_aten_graph
+    seen, refs = [], []
+
+    @torch.library.custom_op("pydynamo_test::probe_freed", mutates_args=())
+    def probe(t: torch.Tensor) -> torch.Tensor:
+        if refs:
+            seen.append([ref() is None for ref in refs])
+        return t * 2
+
+    @probe.register_fake
+    def _(t):
+        return torch.empty_like(t)
+
+    def fn(a, b, c):
+        return probe(a.sin() + b) + 1, c
+
+    a, b, c = r(16), r(16), r(16)
+    gm = make_fx(fn)(a, b, c)
+    call = compile_aten_graph(gm, [a, b, c])
+    want = fn(a, b, c)
+    refs += [weakref.ref(t) for t in (a, b, c)]
+    args = [a, b, c]
+    del a, b
+    got = call(args)
+    assert args == []
+    assert seen == [[True, True, False]]  # a and b freed before the probe ran; c is returned
+    assert got[1] is refs[2]()
+    for x, y in zip(got, want):
+        torch.testing.assert_close(x, y)
