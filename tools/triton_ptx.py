@@ -22,7 +22,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import torch  # noqa: E402
 
-LAUNCH = re.compile(r"launch_\d+ = Launch\((\w+), (\d+), (\d+), \(([^)]*)\),?\s*(.*)\)$", re.M)
+# every Launch(...) of the module: a site's, and its choices' (Launch.with_choices)
+LAUNCH = re.compile(r"Launch\((\w+), (\d+), (\d+), \(([^)]*)\),?\s*([^()]*)\)")
 POINTER = {torch.float32: "*fp32", torch.float16: "*fp16", torch.bfloat16: "*bf16", torch.float64: "*fp64",
            torch.int64: "*i64", torch.int32: "*i32", torch.int16: "*i16", torch.int8: "*i8",
            torch.uint8: "*u8", torch.bool: "*i1"}
@@ -43,7 +44,7 @@ def compiled_kernels(path, arch=90):
         knobs.runtime.interpret = interpret
     with open(path) as f:
         src = f.read()
-    for name, grid, warps, dtypes, config in LAUNCH.findall(src):
+    for name, grid, warps, dtypes, config in dict.fromkeys(LAUNCH.findall(src)):
         fn = getattr(mod, name)
         dts = [getattr(torch, d.strip().split(".")[1]) for d in dtypes.split(",") if d.strip()]
         consts = {k: int(v) for k, v in (kv.split("=") for kv in config.replace(" ", "").split(",") if kv)}

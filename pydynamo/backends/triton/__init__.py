@@ -186,11 +186,12 @@ def _generator_hash():
 def graph_key(gm):
     """Identifies everything the generated source depends on: the graph, its inputs' metadata,
     the knobs of the generator, versions, and whether Triton interprets."""
-    from . import kernel, lowering, scheduler
+    from . import kernel, lowering, runtime, scheduler
     import triton
     parts = [gm.code, _generator_hash(), torch.__version__, triton.__version__,
              os.environ.get("TRITON_INTERPRET", "0"),
              os.environ.get("PYDYNAMO_TRITON_SPLIT_REDUCTIONS", "1"),
+             str(runtime.tuning()),  # whether kernels come with other configurations to measure
              # deterministic mode lowers index_put / scatter_add to ATen instead of atomics
              str(torch.are_deterministic_algorithms_enabled()),
              str(gm.meta.get("pydynamo_saved_from")),  # which outputs may share memory

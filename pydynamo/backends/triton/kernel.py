@@ -416,14 +416,53 @@ class KernelCodegen:
             result = self.emit(f"{m2}_all[:, None]")
         return result
 
-    def _assemble(self):
-        """The kernel's source text, and its launch configuration."""
-        lines = self._assemble_body()
+    def _assemble(self, forced=None):
+        """The kernel's source text, and its launch configuration (``forced``: (config, warps)
+        of a row kernel instead of _row_config's)."""
+        lines = self._assemble_body(forced)
         if self._needs_int64():  # offsets past 2**31 elements: index in 64 bits
             lines = [l.replace("tl.program_id(0) * XBLOCK", "tl.program_id(0).to(tl.int64) * XBLOCK", 1)
                      for l in lines]
-        self._lines = lines
+        if forced is None:
+            self._lines = lines
         return self._finish(lines)
+
+    def alternatives(self):
+        """The kernel under other launch configurations, where _row_config's choice is a guess
+        that measuring settles (runtime.Launch.with_choices): a looped row kernel (block sizes
+        and warps trade registers, parallelism and load width) and a persistent one that runs
+        few programs. Each is a whole kernel, as generate() returns it: masks depend on the
+        blocks. [] for pointwise kernels and the rest. Call after generate()."""
+        if not self.row:
+            return []
+        launch = self._launch
+        grid, config, _ = launch
+        if self.persistent and grid >= 2 * MIN_PROGRAMS:
+            return []
+        out = []
+        try:
+            for xblock, rblock in self._other_blocks(config["XBLOCK"], config["RBLOCK"]):
+                out.append(self._assemble(({"XBLOCK": xblock, "RBLOCK": rblock}, self._warps(xblock, rblock))))
+        finally:
+            self._launch = launch
+        return out
+
+    def _other_blocks(self, xblock, rblock):
+        """Up to three (XBLOCK, RBLOCK) beside _row_config's, within the row's and the columns'
+        sizes and at most 8192 elements a block (registers)."""
+        x2, r2 = triton_next_pow2(self.space.xnumel), triton_next_pow2(self.space.rnumel)
+        if self.persistent:  # whole rows: how many a program holds
+            shapes = [(xblock * 2, rblock), (xblock // 2, rblock)]
+        elif self.space.inner:  # one row a program, walked in chunks
+            shapes = [(1, rblock // 2), (1, rblock * 2)]
+        else:  # columns: how many side by side, how many rows at a time
+            shapes = [(xblock, rblock * 2), (xblock, rblock // 2), (xblock // 2, rblock * 2)]
+        out = []
+        for x, r in shapes:
+            if 1 <= x <= x2 and 16 <= r and (r <= r2 or self.persistent) and x * r <= 8192 \
+                    and (x, r) != (xblock, rblock) and (x, r) not in out:
+                out.append((x, r))
+        return out
 
     def _needs_int64(self):
         sizes = [self.space.xnumel * self.space.rnumel]
@@ -431,7 +470,7 @@ class KernelCodegen:
             sizes += [p.store_offset.max()] + [off.max() for _, off in p.rec.loads]
         return max(sizes) >= 2**31 - 1
 
-    def _assemble_body(self):
+    def _assemble_body(self, forced=None):
         lines = []
         used = set(re.findall(r"\b[xr]\d+\b", "\n".join(
             "\n".join(v) for v in self.sections.values())))
@@ -445,7 +484,7 @@ class KernelCodegen:
             warps = max(1, min(4, xblock // 128))
             grid = -(-self.space.xnumel // xblock)
         else:
-            config, warps = self._row_config()
+            config, warps = forced or self._row_config()
             grid = -(-self.space.xnumel // config["XBLOCK"])
             lines += ["xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]",
                       _mask("xmask", "xindex", self.space.xnumel, config["XBLOCK"], "[XBLOCK, 1]")]
@@ -533,6 +572,9 @@ class KernelCodegen:
         else:  # fewer columns than COLUMN_XBLOCK (a batch norm of 32 channels): as many more rows
             xblock = min(x2, COLUMN_XBLOCK)
             rblock = min(max(r2, COLUMN_RBLOCK), COLUMN_RBLOCK * COLUMN_XBLOCK // xblock)
+        return {"XBLOCK": xblock, "RBLOCK": rblock}, self._warps(xblock, rblock)
+
+    def _warps(self, xblock, rblock):
         warps = max(1, min(16 if self.space.inner else 8, xblock * rblock // (512 if self.space.inner else 128)))
         if self.persistent and self.space.inner and xblock == 1 and rblock >= 4096 and \
                 max((self.dtypes[n].itemsize for n, p in self.params.items() if p.startswith("in_ptr")),
@@ -541,7 +583,7 @@ class KernelCodegen:
             # layer_norm from 64 registers to 40 (sm_90), so 48 warps fit on an SM rather than 32
             # (H100 sweeps: c f32 94.7 against 96.3 us, Inductor 93.9; bench: c and b f32 1.00)
             warps = 16
-        return {"XBLOCK": xblock, "RBLOCK": rblock}, warps
+        return warps
 
     def _define(self, dims, flat, used):
         """Loop variables of the merged dims from the flat block index, outermost last-defined."""

@@ -300,6 +300,9 @@ def precompile(launches):
     Triton builds with gcc. Where torch has none, those launchers are built here too. Kernels that
     fail here are compiled by their first call as usual."""
     timing = getattr(_current, "timing", None)
+    # a site with choices (Launch.with_choices) is compiled as each of them, its own config first
+    launches = [c for launch in launches for c in (launch.choices[0] if getattr(launch, "choices", None)
+                                                   else [launch])]
     for launch in launches if timing is not None else ():
         launch.timing = timing
     queue = getattr(_deferred, "launches", None)
@@ -516,6 +519,82 @@ def launch_stream():
     return device, active.get_current_stream(device)
 
 
+# ---- A kernel's configuration chosen by measuring it (Launch.with_choices) ----
+
+_settle_lock = threading.RLock()  # first calls of launch sites (Launch._settle)
+MEASURE = None  # tests: measure(launch, args) -> seconds, where the interpreter has no clock worth reading
+
+
+def tuning():
+    """Whether wrappers offer kernels' other configurations to measure (wrapper._choices):
+    ``PYDYNAMO_TRITON_TUNE``, on by default, off under the interpreter (nothing to measure)."""
+    default = "0" if os.environ.get("TRITON_INTERPRET", "0") == "1" else "1"
+    return os.environ.get("PYDYNAMO_TRITON_TUNE", default) == "1"
+
+
+def _tune_path(key, args):
+    """The disk cache's entry for the choices of ``key`` (wrapper._choices: their kernels'
+    source and configurations) on this kind of device, for arguments of these dtypes."""
+    import triton
+    device = torch.cuda.get_device_name(args[0].device) if args[0].is_cuda else str(args[0].device)
+    parts = [key, device, triton.__version__, repr([str(a.dtype) for a in args])]
+    return os.path.join(cache_dir(), "tune", hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32])
+
+
+def _tune(choices, key, args):
+    """Index of the fastest of ``choices`` (settled Launches of one kernel) on ``args``: from the
+    disk cache, else measured now and stored there. Running a choice rewrites the kernel's
+    outputs with the same values (wrapper._choices offers only such kernels). 0, the heuristic's
+    own, where nothing can be measured: not CUDA, or inside a CUDA graph capture."""
+    path = _tune_path(key, args)
+    try:
+        with open(path) as f:
+            best = int(f.read())
+        if 0 <= best < len(choices):
+            return best
+    except (OSError, ValueError):
+        pass
+    measure = MEASURE
+    if measure is None:
+        if not all(a.is_cuda for a in args) or torch.cuda.is_current_stream_capturing():
+            return 0
+        measure = _measure
+    try:
+        times = [measure(c, args) for c in choices]
+    except Exception as e:  # the call goes on with the heuristic's configuration
+        log.warning("triton backend: configurations of %s not measured (%s: %s)",
+                    getattr(choices[0].kernel, "__name__", "a kernel"), type(e).__name__, e)
+        return 0
+    best = min(range(len(choices)), key=times.__getitem__)
+    log.debug("%s: configuration %d of %s (%s)", getattr(choices[0].kernel, "__name__", "?"), best,
+              [(c.constexprs, c.num_warps) for c in choices], ", ".join(f"{t * 1e6:.1f} us" for t in times))
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        _write(path, str(best))
+    except OSError:
+        pass
+    return best
+
+
+def _measure(launch, args):
+    """Seconds of GPU time per launch of ``launch`` on ``args``: about a millisecond of launches
+    back to back, after one to load it."""
+    stream = launch_stream()
+    launch.run_once(stream, args)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    launch.run_once(stream, args)
+    end.record()
+    end.synchronize()
+    reps = max(3, min(100, int(1.0 / max(start.elapsed_time(end), 1e-3))))
+    start.record()
+    for _ in range(reps):
+        launch.run_once(stream, args)
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / reps / 1e3
+
+
 class Launch:
     """One kernel launch site of a generated wrapper: ``launch(launch_stream(), *tensors)``.
 
@@ -528,7 +607,7 @@ class Launch:
     a launch is never specialized wrongly."""
 
     __slots__ = ("kernel", "grid", "num_warps", "dtypes", "constexprs", "compiled", "device", "aligned", "tail",
-                 "warm", "static", "options", "pending", "timing")
+                 "warm", "static", "options", "pending", "timing", "choices")
 
     def __init__(self, kernel, grid, num_warps, dtypes, **constexprs):
         self.kernel, self.grid, self.num_warps, self.constexprs = kernel, grid, num_warps, constexprs
@@ -536,7 +615,14 @@ class Launch:
         # Triton's int32 overflow checks, which debug would also turn on, stay off
         self.options = {"sanitize_overflow": False} if getattr(kernel, "debug", None) else {}
         self.dtypes = dtypes  # of the pointer arguments, for warmup()
-        self.compiled = self.warm = self.static = self.pending = self.timing = None
+        self.compiled = self.warm = self.static = self.pending = self.timing = self.choices = None
+
+    def with_choices(self, choices, key):
+        """This site, launching the fastest of ``choices`` (Launches of one kernel under other
+        configurations, this one's first; the same parameters): measured on the first call's
+        own arguments, or read from the disk cache (entry ``key``) where measured before (_tune)."""
+        self.choices = (list(choices), key)
+        return self
 
     def warmup(self):
         """Compile for 16-byte aligned arguments of these dtypes (what a first call will
@@ -566,9 +652,9 @@ class Launch:
             extra = tuple(None for flag in ("has_global_scratch", "has_profile_scratch") if getattr(k, flag, False))
             if k.arg_tys != "O" * len(self.dtypes):
                 return False  # parameters other than our pointers: leave it to Triton
+            self.device = device  # (before static, which a launch in another thread reads first)
             self.static = (torch._C._StaticCudaLauncher._launch_kernel, k.function, k.num_warps, k.shared,
                            k.arg_tys + "O" * len(extra), extra, k)
-            self.device = device
             _direct = driver, knobs.runtime
             return True
         except Exception as e:
@@ -593,8 +679,8 @@ class Launch:
                 and tuple(a.data_ptr() % 16 == 0 for a in args) == self.aligned:
             c.run(self.grid, 1, 1, stream[1], c.function, c.packed_metadata, None, None, None, *args, *self.tail)
             return
-        if self.pending is not None:  # the first call: precompile's work for this site is done first
-            self._settle()
+        if self.pending is not None or self.choices is not None:  # the first call: precompile's
+            self._settle(args)  # work for this site is done first, its configuration chosen
             self(launch_stream(), *args)
             return
         c = self.kernel.run(*args, grid=(self.grid,), warmup=False, num_warps=self.num_warps, **self.constexprs,
@@ -602,26 +688,66 @@ class Launch:
         if self.compiled is None:
             self._remember(c, args)
 
-    def _settle(self):
+    def _settle(self, args=None):
         """Wait for precompile's compile of this kernel (and its C launcher), then load it into
-        the static launcher. A compile that failed is left to Triton's JIT."""
-        pending, self.pending = self.pending, None
-        if pending is None:  # another thread's first call got here first
+        the static launcher; with choices, settle each and take the fastest's place on ``args``
+        (_tune). A compile that failed is left to Triton's JIT. Other threads' first calls wait
+        here (the lock): the site's fields change under them only before any launch reads them."""
+        with _settle_lock:
+            if self.choices is not None:
+                choices, key = self.choices
+                for c in choices:
+                    c._settle()
+                if args is None:  # (only waiting for the compiles: the first call chooses)
+                    return
+                self._adopt(choices[_tune(choices, key, args)])
+                self.choices = None  # (last: other threads' calls then find the chosen kernel)
+                return
+            pending, self.pending = self.pending, None
+            if pending is None:  # another thread's first call got here first
+                return
+            warm, build, static = pending
+            t = time.perf_counter()
+            if build is not None:
+                build.result()
+            error = warm.exception()
+            t2 = time.perf_counter()
+            if error is not None:
+                log.debug("%s: compiled at its first launch (ahead: %s)", getattr(self.kernel, "__name__", self.kernel),
+                          error)
+            elif static is not None:
+                self.load_static(static)
+            if self.timing is not None:
+                self.timing.add("wait", t2 - t)
+                self.timing.add("load", time.perf_counter() - t2)
+
+    def _adopt(self, other):
+        """Become ``other`` (a settled choice): what it launches, then how (``static`` last, as
+        __call__ reads it first)."""
+        self.kernel, self.grid, self.num_warps, self.constexprs, self.options = \
+            other.kernel, other.grid, other.num_warps, other.constexprs, other.options
+        self.warm, self.pending = other.warm, None
+        if other.static is not None:
+            self.device = other.device
+        if other.compiled is not None:
+            self.device, self.aligned, self.tail = other.device, other.aligned, other.tail
+        self.compiled, self.static = other.compiled, other.static
+
+    def run_once(self, stream, args):
+        """One launch of a settled site, by whichever path it has (for measuring it)."""
+        s = self.static
+        if s is not None and stream is not None and stream[0] == self.device and \
+                not any(a.data_ptr() & 15 for a in args) and self._static(s, stream, args):
             return
-        warm, build, static = pending
-        t = time.perf_counter()
-        if build is not None:
-            build.result()
-        error = warm.exception()
-        t2 = time.perf_counter()
-        if error is not None:
-            log.debug("%s: compiled at its first launch (ahead: %s)", getattr(self.kernel, "__name__", self.kernel),
-                      error)
-        elif static is not None:
-            self.load_static(static)
-        if self.timing is not None:
-            self.timing.add("wait", t2 - t)
-            self.timing.add("load", time.perf_counter() - t2)
+        c = self.compiled
+        if c is not None and stream is not None and stream[0] == self.device \
+                and tuple(a.data_ptr() % 16 == 0 for a in args) == self.aligned:
+            c.run(self.grid, 1, 1, stream[1], c.function, c.packed_metadata, None, None, None, *args, *self.tail)
+            return
+        c = self.kernel.run(*args, grid=(self.grid,), warmup=False, num_warps=self.num_warps, **self.constexprs,
+                            **self.options)
+        if self.compiled is None and self.static is None:
+            self._remember(c, args)
 
     def owned(self, stream, *args):
         """A launch whose arguments are all buffers the wrapper allocated (offset 0, so 16-byte

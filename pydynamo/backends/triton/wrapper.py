@@ -12,6 +12,7 @@ just read. An out-of-place ATen op that copies its first
 argument and then writes into the copy (index_put, scatter_add, ...) runs in place instead when
 that argument is a buffer of ours with no later use: no copy.
 """
+import hashlib
 import math
 import re
 
@@ -360,7 +361,11 @@ class WrapperCodegen:
             name = f"triton_{kind}_{len(self.kernels)}{_describe(group)}"
             self.kernels.append((name, src.replace("def KERNEL(", f"def {name}(", 1), [computes]))
             launch = f"launch_{len(self.launches)}"
-            self.launches.append(f"{launch} = Launch({name}, {grid}, {warps}, ({dtypes},){cfg})")
+            site = f"Launch({name}, {grid}, {warps}, ({dtypes},){cfg})"
+            choices, tune_key = self._choices(name, src, codegen, updates, group, dtypes)
+            if choices:  # the same kernel first, then the others
+                site += f".with_choices([{site}, {', '.join(choices)}], {tune_key!r})"
+            self.launches.append(f"{launch} = {site}")
             self.same[key] = (launch, self.kernels[-1][2])
         else:
             self.same[key][1].append(computes)
@@ -416,6 +421,24 @@ class WrapperCodegen:
                     updates[b.name] = x
                     break
         return updates
+
+    def _choices(self, name, src, codegen, updates, group, dtypes):
+        """Launch sources of the kernel's other configurations (KernelCodegen.alternatives),
+        measured at its first launch (runtime.Launch.with_choices), each defined here as a
+        kernel of its own; none where tuning is off (runtime.tuning()) or where running the
+        kernel more than once would change its result: an output stored over an input, atomics.
+        (launch sources, the key of their measurement in the disk cache: ``src`` and theirs)"""
+        from . import runtime
+        if updates or not runtime.tuning() or any(p.level == "scatter" for p in group.members):
+            return [], None
+        out, key = [], [src]
+        for k, (alt_src, _, grid, config, warps) in enumerate(codegen.alternatives()):
+            alt = f"{name}_c{k + 1}"
+            cfg = "".join(f", {c}={v}" for c, v in config.items())
+            self.kernels.append((alt, alt_src.replace("def KERNEL(", f"def {alt}(", 1), [f"{name}, configuration {k + 1}"]))
+            out.append(f"Launch({alt}, {grid}, {warps}, ({dtypes},){cfg})")
+            key += [alt_src, f"{grid}, {warps}{cfg}"]
+        return out, hashlib.sha256("\0".join(key).encode()).hexdigest()[:32]
 
     def _buffers(self):
         """Every buffer a kernel may touch, by name (for the traffic notes)."""
