@@ -37,21 +37,31 @@ _frame_state = weakref.WeakKeyDictionary()
 _instance_entries = weakref.WeakKeyDictionary()
 
 # Code the user asked to compile by name although it lives in a skipped place: the forward of a
-# torch.nn module given to optimize()/compile() (nn.Sequential, nn.Linear, ...).
-_requested = weakref.WeakSet()
+# torch.nn module given to optimize()/compile() (nn.Sequential, nn.Linear, ...). code -> the
+# objects that asked (the wrapper optimize() returned): a request lasts while one of them does,
+# so a torch module compiled once does not make every later call of its class's forward a frame
+# of its own.
+_requested = weakref.WeakKeyDictionary()
 
 
-def request_compile(fn):
+class _Always:
+    """The owner of a request that lasts as long as its code (an export's own code object)."""
+
+
+_ALWAYS = _Always()
+
+
+def request_compile(fn, owner=None):
     code = getattr(fn, "__code__", None)
     if code is not None:
-        _requested.add(code)
+        _requested.setdefault(code, weakref.WeakSet()).add(_ALWAYS if owner is None else owner)
 
 
 def skip_reason(code):
     """Why this code is never compiled as a top-level frame, or None. Library code of torch,
     the standard library and pydynamo itself runs as it is, unless the user asked for it by
     name; FX-generated graph code too."""
-    if code in _requested:
+    if _requested.get(code):  # (a request whose owners all died is none)
         return None
     filename = code.co_filename
     if filename.startswith("<") and filename not in ("<string>", "<stdin>"):

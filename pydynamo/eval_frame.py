@@ -34,17 +34,19 @@ class OptimizeContext:
     def __call__(self, fn):
         if isinstance(fn, torch.nn.Module):
             target = _compiled_module(fn)
+            opt = OptimizedModule(fn, self)
             if target is fn or not isinstance(target, OptimizedModule):  # DDP(compiled): compiled already
-                request_compile(type(target).forward)
-            return OptimizedModule(fn, self)
+                request_compile(type(target).forward, owner=opt)
+            return opt
         if not callable(fn):
             raise TypeError(f"pydynamo.optimize(...) takes a function, method or nn.Module, not {type(fn).__name__}")
         if inspect.isclass(fn):
             raise TypeError(f"pydynamo.optimize(...) cannot wrap the class {fn.__qualname__}; wrap an instance "
                             "or a function")
         inner = innermost_fn(fn)
-        request_compile(getattr(inner, "__func__", inner))
-        return self.wrap(fn)
+        wrapped = self.wrap(fn)
+        request_compile(getattr(inner, "__func__", inner), owner=wrapped)
+        return wrapped
 
     def wrap(self, fn):
         """``fn`` run with this context's setting switched on for each call."""

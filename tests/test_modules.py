@@ -316,3 +316,23 @@ def test_graph_inputs_read_each_submodule_once():
     # model[0] holds 4 tensors through 2 submodules, model[0][0] and [0][1] 2 each: one read each
     assert consts.count("0") == 2 and consts.count("1") == 2
     assert same(opt(x), model(x))
+
+
+def test_a_torch_module_is_compiled_by_name_while_its_wrapper_lives():
+    """optimize(nn.Linear(...)) asks for torch's Linear.forward, library code otherwise never a
+    frame of its own, to be compiled; the request goes with the wrapper, so a Linear compiled
+    once does not make every later Linear call (in eager code after a break, say) a graph."""
+    import gc
+
+    import pydynamo
+    from pydynamo.convert_frame import skip_reason
+    code = torch.nn.Linear.forward.__code__
+    assert skip_reason(code) is not None
+    m = torch.nn.Linear(2, 2)
+    opt = pydynamo.optimize("eager")(m)
+    assert skip_reason(code) is None
+    x = torch.ones(1, 2)
+    assert torch.equal(opt(x), m(x))
+    del opt
+    gc.collect()
+    assert skip_reason(code) is not None
