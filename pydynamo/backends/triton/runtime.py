@@ -577,19 +577,20 @@ def _tune(choices, key, args):
 
 
 def _measure(launch, args):
-    """Seconds of GPU time per launch of ``launch`` on ``args``: about a millisecond of launches
-    back to back, after one to load it."""
+    """Seconds of GPU time per launch of ``launch`` (settled: its calls launch as a wrapper's
+    later calls do) on ``args``: about a millisecond of launches back to back, after one to
+    load it."""
     stream = launch_stream()
-    launch.run_once(stream, args)
+    launch(stream, *args)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
-    launch.run_once(stream, args)
+    launch(stream, *args)
     end.record()
     end.synchronize()
     reps = max(3, min(100, int(1.0 / max(start.elapsed_time(end), 1e-3))))
     start.record()
     for _ in range(reps):
-        launch.run_once(stream, args)
+        launch(stream, *args)
     end.record()
     end.synchronize()
     return start.elapsed_time(end) / reps / 1e3
@@ -732,22 +733,6 @@ class Launch:
         if other.compiled is not None:
             self.device, self.aligned, self.tail = other.device, other.aligned, other.tail
         self.compiled, self.static = other.compiled, other.static
-
-    def run_once(self, stream, args):
-        """One launch of a settled site, by whichever path it has (for measuring it)."""
-        s = self.static
-        if s is not None and stream is not None and stream[0] == self.device and \
-                not any(a.data_ptr() & 15 for a in args) and self._static(s, stream, args):
-            return
-        c = self.compiled
-        if c is not None and stream is not None and stream[0] == self.device \
-                and tuple(a.data_ptr() % 16 == 0 for a in args) == self.aligned:
-            c.run(self.grid, 1, 1, stream[1], c.function, c.packed_metadata, None, None, None, *args, *self.tail)
-            return
-        c = self.kernel.run(*args, grid=(self.grid,), warmup=False, num_warps=self.num_warps, **self.constexprs,
-                            **self.options)
-        if self.compiled is None and self.static is None:
-            self._remember(c, args)
 
     def owned(self, stream, *args):
         """A launch whose arguments are all buffers the wrapper allocated (offset 0, so 16-byte
