@@ -137,3 +137,19 @@ def test_a_failed_measurement_keeps_the_heuristic_configuration(monkeypatch, cap
     torch.testing.assert_close(got, fn(*args), atol=1e-4, rtol=1e-4)
     assert any("not measured" in r.getMessage() for r in caplog.records)
     assert not os.path.exists(os.path.join(runtime.cache_dir(), "tune"))  # nothing remembered
+
+
+def test_off_under_deterministic_algorithms(monkeypatch, caplog):
+    """Configurations sum in different orders and a measurement's winner varies between runs:
+    deterministic mode keeps the heuristic's configuration."""
+    caplog.set_level(logging.INFO, logger="pydynamo.output_code")
+    fn, make = CASES["column sum"]
+    seen = []
+    torch.use_deterministic_algorithms(True)
+    try:
+        assert not runtime.tuning()
+        _run(fn, make(), monkeypatch, _prefer(1, seen))
+    finally:
+        torch.use_deterministic_algorithms(False)
+    (src,) = [r.args[1] for r in caplog.records if r.name == "pydynamo.output_code"]
+    assert ".with_choices(" not in src and seen == []

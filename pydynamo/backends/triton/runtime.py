@@ -527,9 +527,11 @@ MEASURE = None  # tests: measure(launch, args) -> seconds, where the interpreter
 
 def tuning():
     """Whether wrappers offer kernels' other configurations to measure (wrapper._choices):
-    ``PYDYNAMO_TRITON_TUNE``, on by default, off under the interpreter (nothing to measure)."""
+    ``PYDYNAMO_TRITON_TUNE``, on by default, off under the interpreter (nothing to measure) and
+    under ``torch.use_deterministic_algorithms`` (configurations sum in different orders, and
+    which one wins a measurement varies from run to run)."""
     default = "0" if os.environ.get("TRITON_INTERPRET", "0") == "1" else "1"
-    return os.environ.get("PYDYNAMO_TRITON_TUNE", default) == "1"
+    return os.environ.get("PYDYNAMO_TRITON_TUNE", default) == "1" and not torch.are_deterministic_algorithms_enabled()
 
 
 def _tune_path(key, args):
