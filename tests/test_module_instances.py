@@ -289,3 +289,20 @@ def test_an_instance_dict_entry_under_a_property():
     a, b = Shadowed(), Shadowed()
     b.__dict__["scale"] = 5.0  # object.__getattribute__: the property wins
     run_all([b, a], torch.randn(2, 4))
+
+
+def test_an_instance_dict_entry_over_a_parameter():
+    """``m.weight`` finds an instance-dict entry before nn.Module.__getattr__ looks in
+    ``_parameters``: an entry compiled for an instance without one must not serve one with."""
+    a, b = nn.Linear(4, 4), nn.Linear(4, 4)
+    b.__dict__["weight"] = torch.zeros(4, 4)
+
+    def reads_the_weight(m, x):
+        return x @ m.weight.t() + m.bias
+
+    x = torch.randn(2, 4)
+    for order in ([a, b, a, b], [b, a, b, a]):
+        pydynamo.reset()
+        f = pydynamo.optimize("eager")(reads_the_weight)
+        for m in order:
+            assert torch.equal(f(m, x), reads_the_weight(m, x))

@@ -12,7 +12,7 @@ import types
 import torch
 
 from ..exc import Unsupported
-from ..source import AttrSource, ModuleMemberSource
+from ..source import AttrSource, GetItemSource, ModuleMemberSource
 from .base import VariableTracker, call_model
 from .constant import ConstantVariable
 from .lists import ListIteratorVariable, TupleVariable
@@ -61,7 +61,12 @@ class NNModuleVariable(VariableTracker):
             return GetAttrVariable(self, name)  # called: call_method models it
         for table in ("_parameters", "_buffers", "_modules"):
             if name in d.get(table, {}):
-                member = ModuleMemberSource(self.source, table, name) if self.source is not None else None
+                member = None
+                if self.source is not None:
+                    member = ModuleMemberSource(self.source, table, name)
+                    # Python reaches the tables (Module.__getattr__) only when the instance dict
+                    # has no entry of that name: another instance may have one
+                    tx.output.guards.NOT_PRESENT(GetItemSource(AttrSource(self.source, "__dict__"), name))
                 return wrap_value(tx, d[table][name], member)
         found = lookup_class_attr(tx, self, type(mod), name, src)
         if found is _MISSING:
