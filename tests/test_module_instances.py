@@ -306,3 +306,18 @@ def test_an_instance_dict_entry_over_a_parameter():
         f = pydynamo.optimize("eager")(reads_the_weight)
         for m in order:
             assert torch.equal(f(m, x), reads_the_weight(m, x))
+
+
+def test_an_instance_dict_call_impl():
+    """``module(x)`` calls ``self._call_impl``, which an instance-dict entry overrides: an entry
+    compiled for an instance without one must not serve one with (that one runs as eager does)."""
+    a, b = nn.Linear(4, 4), nn.Linear(4, 4)
+    b._call_impl = lambda x: x * 0 - 1
+
+    def calls(m, x):
+        return m(x) + 1
+
+    x = torch.randn(2, 4)
+    f = pydynamo.optimize("eager")(calls)
+    for m in (a, b, a, b):
+        assert torch.equal(f(m, x), calls(m, x))

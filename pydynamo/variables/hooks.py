@@ -35,7 +35,7 @@ import torch
 
 from ..exc import Unsupported
 from ..polyfills import refuse
-from ..source import AttrSource, ConstObjectSource, TypeLookupSource
+from ..source import AttrSource, ConstObjectSource, GetItemSource, TypeLookupSource
 from .base import VariableTracker
 
 _module_mod = torch.nn.modules.module
@@ -71,7 +71,8 @@ def call_module(tx, var, args, kwargs, entry=None):
     if entry is torch.nn.Module.__call__:  # it calls self._call_impl
         if _class_attr(tx, var, "_call_impl") is not torch.nn.Module._call_impl or "_call_impl" in vars(mod):
             raise Unsupported(f"calling a {type(mod).__qualname__} whose _call_impl is not nn.Module's")
-        # (an instance-dict _call_impl is never made by torch: not guarded)
+        if var.source is not None:  # self._call_impl finds an instance-dict entry first
+            tx.output.guards.NOT_PRESENT(GetItemSource(AttrSource(var.source, "__dict__"), "_call_impl"))
     forward = var.var_getattr(tx, "forward")  # _call_impl reads self.forward first
     if all(_empty(tx, t) for t in _real_tables(mod)) and no_global_module_hooks():
         if var.source is not None:
