@@ -120,8 +120,8 @@ class SideEffects:
         if obj.source is None:
             return None
         if isinstance(obj, NNModuleVariable):
-            written = [e[1] for k, e in self._effects.items() if k[0] == "attr" and type(k[1]) is int  # (a module's)
-                       and k[2] == name and e[1].source.name() != obj.source.name()]
+            written = [e[1] for k, e in self._effects.items() if k[0] == "attr" and k[2] == name
+                       and isinstance(e[1], NNModuleVariable) and e[1].source.name() != obj.source.name()]
             if written:
                 pin_identities(tx, [obj, *written])
         effect = self._effects.get(_attr_key(obj, name))

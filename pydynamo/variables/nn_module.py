@@ -150,11 +150,12 @@ _TREE_METHODS = ("named_parameters", "parameters", "named_buffers", "buffers", "
 
 def _data_descriptor(cls, name):
     """``cls`` finds a data descriptor (a property) for ``name``, which an instance-dict entry of
-    that name does not shadow (object.__getattribute__)."""
+    that name does not shadow (object.__getattribute__; descriptors.is_data_descriptor's rule)."""
     from ..source import type_lookup
-    t = type(type_lookup(cls, name))
-    return type_lookup(t, "__get__") is not None and \
-        (type_lookup(t, "__set__") is not None or type_lookup(t, "__delete__") is not None)
+    from .descriptors import MISSING, is_data_descriptor
+    attr = type_lookup(cls, name, MISSING)
+    return attr is not MISSING and \
+        is_data_descriptor(tuple(type_lookup(type(attr), n, MISSING) for n in ("__get__", "__set__", "__delete__")))
 
 
 def _is_torch_method(cls, name):
