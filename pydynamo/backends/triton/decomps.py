@@ -29,9 +29,27 @@ KEEP = {aten.var_mean.correction, aten.var.correction, aten.mean.dim, aten.mean.
         aten._scaled_dot_product_flash_attention_for_cpu.default}
 
 
+def convolution_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed,
+                         output_padding, groups, output_mask):
+    """A convolution's bias gradient (the sum of grad_output over all dims but channels) as a
+    reduction of ours, which fuses with the pointwise backward before it; the input and weight
+    gradients stay one ATen call. ATen's own bias gradient is two kernels more per convolution
+    (a bf16 reduce and a cast: 60 a step in EfficientNet-B0's squeeze-excite convolutions)."""
+    if not output_mask[2]:
+        return NotImplemented  # (make_fx then records the call itself)
+    grad_bias = aten.sum.dim_IntList(grad_output, [0] + list(range(2, grad_output.dim())))
+    if not (output_mask[0] or output_mask[1]):
+        return None, None, grad_bias
+    grad_input, grad_weight, _ = aten.convolution_backward.default(
+        grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed, output_padding, groups,
+        [output_mask[0], output_mask[1], False])
+    return grad_input, grad_weight, grad_bias
+
+
 @functools.lru_cache(None)
 def decomposition_table():
     table = dict(core_aten_decompositions())
     for op, fn in get_decompositions(EXTRA).items():
         table.setdefault(op, fn)
+    table[aten.convolution_backward.default] = convolution_backward
     return {op: fn for op, fn in table.items() if op not in KEEP}

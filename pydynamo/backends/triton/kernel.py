@@ -511,15 +511,21 @@ class KernelCodegen:
         return "\n".join(src), names, grid, config, warps
 
     # ---- writing an output into a dying input's memory ----
-    def can_update(self, inp, out):
+    def can_update(self, inp, out, single=False):
         """Whether the kernel may store ``out`` through ``inp``'s pointer (the wrapper knows that
         ``inp`` dies here and has ``out``'s layout): every load of ``inp`` reads exactly the
         element that ``out``'s one store writes (the same index text, so the same lane of the
         same program) and comes before that store in the program. No program then reads an
-        element that another has written, or one it has overwritten itself."""
+        element that another has written, or one it has overwritten itself. ``single``: ``inp``
+        has one element, which every load reads and the store writes: in a kernel of one
+        program of one lane (a scalar's update: ``num_batches_tracked + 1``), whatever the index
+        texts, the order of its loads and store is all that matters."""
         loads, stores = self.indices.get(inp), self.indices.get(out)
-        if not loads or not stores or len(stores) != 1 or stores[0] is None or \
-                not self.params.get(inp, "").startswith("in_ptr") or any(i != stores[0] for i in loads):
+        if single and self._launch != (1, {"XBLOCK": 1}, 1):
+            return False
+        if not loads or not stores or len(stores) != 1 or (stores[0] is None and not single) or \
+                not self.params.get(inp, "").startswith("in_ptr") or \
+                (not single and any(i != stores[0] for i in loads)):
             return False
         lp, sp = self.params[inp], self.params[out]
         load_at = [i for i, l in enumerate(self._lines) if f"tl.load({lp} +" in l]

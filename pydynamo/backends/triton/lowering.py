@@ -198,6 +198,9 @@ class GraphLowering:
         self._count = 0
         self._origins = frozenset()  # names of the ops the value being lowered computes
         self._seeds = None       # (buffer of per-call random seeds, node -> its seed's position)
+        # the graph's writes into its inputs (AOTAutograd's kept input mutations: a batch norm's
+        # running statistics): ComputedBuffer name -> the InputBuffer whose memory takes its value
+        self.mutations = {}
         # nodes the caller sees as outputs: a forward's outputs from pydynamo_saved_from on are
         # only saved for the backward (layout.partition_with_layouts)
         out = next(n for n in reversed(gm.graph.nodes) if n.op == "output").args[0]
@@ -255,6 +258,8 @@ class GraphLowering:
             # no elements to compute: the result is an allocation
             return self.call(aten.empty_strided.default, [list(val.shape), list(val.stride())],
                              {"dtype": val.dtype, "device": val.device}, val)
+        if node.target is aten.copy_.default and len(args) == 2 and not kwargs and self._lowerable(node, args, kwargs):
+            return self.copy_into_input(node, *args)
         fn = LOWERINGS.get(node.target)
         if fn is not None and self._lowerable(node, args, kwargs):
             self._origins = _origins(node, (args, kwargs))
@@ -351,6 +356,21 @@ class GraphLowering:
                 self._views[id(value)] = name
             return self._views[id(value)]
         return self.realize(value, node, val, exact).name
+
+    def copy_into_input(self, node, dst, src):
+        """``aten.copy_(dst, src)`` with ``dst`` a graph input (AOTAutograd keeps an input's
+        mutation in the graph as one, at its end): a buffer holding src's values in dst's layout,
+        recorded in ``self.mutations``. The wrapper has the kernel that computes it store it
+        into dst's memory where no later item reads dst; otherwise it copies it over at the end
+        of the call (WrapperCodegen._into_inputs)."""
+        from .lowerings import copy
+        if not isinstance(dst, InputBuffer) or any(d == dst.name for d in self.mutations.values()):
+            raise NotImplementedError("a copy_ into something other than a graph input, or twice into one")
+        value = copy(self, node, dst, src)
+        stride = dense_strides(dst.shape, dst.stride) or contiguous_strides(dst.shape)
+        buf = self._store(value, stride)
+        self.mutations[buf.name] = dst
+        return buf
 
     def fallback(self, node, args, kwargs):
         op = node.target

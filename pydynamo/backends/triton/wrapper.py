@@ -226,7 +226,7 @@ class WrapperCodegen:
         produced = {id(it): {p.buf.name for p in it.members} for it in seq if isinstance(it, Group)}
         reads = [_reads(it, produced) for it in seq]
         outputs = set(g.outputs)
-        needed = set().union(*reads, outputs) if reads else set(outputs)
+        needed = set().union(*reads, outputs, g.mutations) if reads else set(outputs) | set(g.mutations)
         kernel_reads = set().union(*(r for it, r in zip(seq, reads) if isinstance(it, Group))) if seq else set()
         last = self._last_uses(reads, outputs)
         owned = {}   # name -> alloc key for buffers we allocated
@@ -240,6 +240,8 @@ class WrapperCodegen:
         # tensors that other names may reach: never updated in place by a kernel
         self.shared = view_bases | {n for it in seq if isinstance(it, FallbackOp) and it.aliasing for n in it.reads}
         self.exclusive = {}  # name -> layout of a FRESH_RESULT fallback result
+        self.copied_back = []  # graph inputs' new values stored apart, copied into them at the end
+        mutated = {d.name for d in g.mutations.values()}
         self.pending = {}  # view name -> its line, written where a non-view first needs the view
         for i, it in enumerate(seq):
             if not isinstance(it, ViewOp):
@@ -255,7 +257,7 @@ class WrapperCodegen:
                                           if isinstance(o, FallbackBuffer) and o.name not in self.shared)
             else:
                 self._view(it, owned, layouts)
-            for name in sorted(n for n, at in last.items() if at == i):
+            for name in sorted(n for n, at in last.items() if at == i and n not in mutated):
                 if name in self.pending:  # only ever the base of other views: never made
                     del self.pending[name]
                 elif name in owned:
@@ -267,6 +269,8 @@ class WrapperCodegen:
                     self.lines.append(f"del {name}")
                 else:
                     self.lines.append(f"del {name}")
+        for buf, dst in self.copied_back:
+            self.lines.append(f"{dst}.copy_({buf})  # the graph's copy_ into its input {dst}")
         for name in g.outputs:
             self._materialize(name)
         return self._module()
@@ -338,12 +342,16 @@ class WrapperCodegen:
             cfg = "".join(f", {k}={v}" for k, v in config.items())
             return (src, grid, warps, cfg, ", ".join(str(codegen.dtypes[p]) for p in params))
         updates = self._updates(i, group, codegen, stored, owned, last)
-        if updates:
-            plain, updated = (src, params, grid, config, warps), codegen.update(updates)
-            if same_key(*plain) in self.same and same_key(*updated) not in self.same:
+        into = self._into_inputs(i, group, codegen, stored, last)
+        read_into = {b: d for b, d in into.items() if d in codegen.params}  # stored over its own reads
+        if updates or read_into:
+            plain = codegen.update(read_into) if read_into else (src, params, grid, config, warps)
+            updated = codegen.update({**updates, **read_into})
+            if updates and same_key(*plain) in self.same and same_key(*updated) not in self.same:
                 updates = {}  # the kernel as an earlier item launched it: one compile fewer
-            else:
-                src, params, grid, config, warps = updated
+                updated = plain
+            src, params, grid, config, warps = updated
+            updates = {**updates, **read_into}
         for p in group.members:  # a scatter writes into its init's memory, which dies here
             init = p.buf.body.init.name if isinstance(p.buf.body, Scatter) else None
             if init and p.buf.name in stored:
@@ -370,12 +378,16 @@ class WrapperCodegen:
         else:
             self.same[key][1].append(computes)
         launch = self.same[key][0]
+        params = [into.get(n, n) for n in params]  # a buffer stored into an input: the input's pointer
         ours = set(owned)  # buffers we allocated: 16-byte aligned
         for p in group.members:
             b = p.buf
             if b.name not in stored:
                 continue
             key = (b.shape, b.stride, b.dtype)
+            if b.name in into:
+                self.lines.append(f"{b.name} = {into[b.name]}  # the graph's copy_ into its input: stored there")
+                continue
             if b.name in updates:
                 x = updates[b.name]
                 self.lines.append(f"{b.name} = {x}  # written in place: this kernel is {x}'s last use")
@@ -421,6 +433,26 @@ class WrapperCodegen:
                     updates[b.name] = x
                     break
         return updates
+
+    def _into_inputs(self, i, group, codegen, stored, last):
+        """{buffer: graph input} for the buffers of this kernel that are the graph's new values of
+        its inputs (GraphLowering.mutations) and can be stored straight into them: nothing after
+        this kernel reads the input (nor a view of it, which ``last`` counts as a read of it), no
+        other name reaches it, and any load of it here reads exactly the element being stored
+        (KernelCodegen.can_update). The others are stored apart and copied into their inputs at
+        the end of the call (``copied_back``), after every read of the old values."""
+        into = {}
+        for p in group.members:
+            dst = self.g.mutations.get(p.buf.name)
+            if dst is None or p.buf.name not in stored:
+                continue
+            if last.get(dst.name, i) <= i and dst.name not in self.shared and tuple(p.buf.stride) == tuple(dst.stride) \
+                    and (dst.name not in codegen.params or
+                         codegen.can_update(dst.name, p.buf.name, single=math.prod(dst.shape) == 1)):
+                into[p.buf.name] = dst.name
+            else:
+                self.copied_back.append((p.buf.name, dst.name))
+        return into
 
     def _choices(self, name, src, codegen, updates, group, dtypes):
         """Launch sources of the kernel's other configurations (KernelCodegen.alternatives),
