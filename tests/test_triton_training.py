@@ -19,6 +19,7 @@ import torch.nn.functional as F  # noqa: E402
 pytest.importorskip("triton")
 
 from pydynamo.backends.triton import triton_backend  # noqa: E402
+from pydynamo.backends.triton.compile_worker import WRAPPER_MARK  # noqa: E402
 
 os.environ["PYDYNAMO_TRITON_STRICT"] = "1"
 
@@ -382,4 +383,29 @@ def test_clones_the_caller_sees_or_may_change_keep_their_own_memory():
             a.add_(1.0)
         assert torch.equal(b, b_before)  # b is not a's memory
         torch.testing.assert_close(b, x.sin())
+    pydynamo.reset()
+
+
+def test_value_given_to_a_matmul_is_read_not_recomputed_by_its_other_users(monkeypatch, tmp_path):
+    """A GELU backward feeds both the weight gradient's matmul (ATen: so it is stored) and the
+    bias gradient's sum: the sum reads the stored value (in the kernel that stores it) rather
+    than recomputing it from its two inputs (lowering._given_to_aten)."""
+    import pydynamo
+    from pydynamo.backends.triton import runtime
+    monkeypatch.setenv("PYDYNAMO_CACHE_DIR", str(tmp_path / "cache"))
+    seen, load = [], runtime.load_source
+    monkeypatch.setattr(runtime, "load_source", lambda src, key: (seen.append(src), load(src, key))[1])
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 64), nn.GELU(), nn.Linear(64, 16))
+    ref = copy.deepcopy(model)
+    x = torch.randn(4, 32, 16)
+    pydynamo.reset()
+    pydynamo.optimize("triton")(model)(x).square().mean().backward()
+    ref(x).square().mean().backward()
+    for a, b in zip(ref.parameters(), model.parameters()):
+        torch.testing.assert_close(b.grad, a.grad, rtol=1e-4, atol=1e-5)
+    backward = [s for s in seen if "gelu_backward" in s]
+    assert len(backward) == 1
+    kernels = backward[0].split(WRAPPER_MARK)[0]
+    assert kernels.count("tl.erf(") == 1, kernels  # one kernel computes it, stores it and sums it
     pydynamo.reset()

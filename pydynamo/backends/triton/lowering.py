@@ -15,7 +15,7 @@ from torch.fx.node import map_arg
 
 from .ir import (Buffer, ComputedBuffer, FallbackBuffer, InputBuffer, Node, Pointwise, Reduction,
                  Unlowerable, View, contiguous_strides)
-from .lowerings import LOWERINGS
+from .lowerings import LOWERINGS, reads_of
 
 aten = torch.ops.aten
 
@@ -183,6 +183,29 @@ def dense_strides(shape, stride):
     return tuple(stride)
 
 
+def _root(value):
+    """What a chain of views reads: a Buffer, or a lazy value."""
+    while isinstance(value, View):
+        value = value.base
+    return value
+
+
+def _given_to_aten(node):
+    """Whether an op we do not lower (a matmul) takes ``node``'s value, through views: the value
+    is then stored whatever its other users do, and they had better read it than recompute it
+    from its inputs (ViT's training: the bias gradient of a GELU backward summed its two 74 MB
+    inputs again beside the kernel storing it for the weight gradient's matmul)."""
+    for user in node.users:
+        if user.op != "call_function":
+            continue
+        if user.target in VIEW_OPS:
+            if _given_to_aten(user):
+                return True
+        elif user.target not in LOWERINGS:
+            return True
+    return False
+
+
 class GraphLowering:
     def __init__(self, gm):
         self.gm = gm
@@ -301,6 +324,9 @@ class GraphLowering:
         if isinstance(value, Pointwise) and users > 1 and (
                 (users - 1) * self._big_reads(value) > users + REALIZE_READS - 1 or value.cost > REALIZE_COST):
             return self.realize(value, node)
+        if isinstance(value, (Pointwise, View)) and not isinstance(_root(value), Buffer) and users > 1 \
+                and self._big_reads(value) > 1 and _given_to_aten(node):
+            return self.realize(value, node)
         return value
 
     def _big_reads(self, value):
@@ -309,7 +335,7 @@ class GraphLowering:
         read from cache (a bf16 batch norm's backward stored its fp32 normalized input, 2x the
         input's bytes, because they counted)."""
         n = math.prod(value.shape)
-        return sum(1 for name in value.reads if self._numel.get(name, n) * 8 >= n)
+        return sum(1 for name in reads_of(value) if self._numel.get(name, n) * 8 >= n)
 
     def realize(self, value, node=None, val=None, exact=False):
         """The value as a Buffer, adding a ComputedBuffer to the items if it is lazy, laid out
