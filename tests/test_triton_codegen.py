@@ -73,6 +73,30 @@ def test_channels_last_pointwise_walks_memory_in_order(sources):
     assert re.search(r"tl\.store\(out_ptr0 \+ \(x0\)", src)
 
 
+@pytest.mark.parametrize("shape,dims", [((2, 3, 64, 32), (0, 1, 3, 2)), ((4, 100, 72), (0, 2, 1)),
+                                        ((96, 80), (1, 0)), ((3, 17, 33, 20), (0, 3, 1, 2))])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_transposing_copy_is_tiled(sources, shape, dims, dtype):
+    """A copy that reads along one dim and stores along another (``x.permute(...).contiguous()``,
+    with a scale and a cast fused) iterates 2-d tiles: a row kernel with nothing to reduce, whose
+    loads walk its columns (the read's contiguous dim) and stores its rows (the store's), so
+    both are contiguous runs. Sizes that are not multiples of the blocks are masked."""
+    x = r(*shape, dtype=dtype)
+    check(lambda x: (x.permute(*dims) * 0.5).float().contiguous(), x)
+    (src,) = sources()
+    assert kernels(src) == 1 and "def triton_row_" in src and "tl.reduce" not in src, src
+    load = re.search(r"tl\.load\(in_ptr0 \+ \(([^)]*)\)", src).group(1)
+    store = re.search(r"tl\.store\(out_ptr0 \+ \(([^)]*)\)", src).group(1)
+    unit = lambda index, v: re.search(rf"(^|[ +]){v}\d*($| )", index.replace("xindex", "x_"))  # noqa: E731
+    assert unit(load, "x") and unit(store, "r"), (load, store)
+
+
+def test_copy_keeping_the_inner_dim_is_not_tiled(sources):
+    check(lambda x: x.permute(0, 2, 1, 3).contiguous(), r(2, 64, 3, 32))
+    (src,) = sources()
+    assert "def triton_pointwise_" in src and "def triton_row_" not in src
+
+
 @pytest.mark.parametrize("name", ["exp", "log", "tanh", "sigmoid", "erf", "rsqrt", "sqrt", "abs", "neg",
                                   "relu", "sin", "cos", "floor", "ceil", "reciprocal", "exp2", "log1p", "expm1"])
 def test_unary(name):

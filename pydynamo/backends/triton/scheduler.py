@@ -223,7 +223,7 @@ def schedule(items, inputs=()):
             else:
                 g = Group(Space(it.body.in_shape, it.body.dims, it.body.in_stride) if isinstance(it.body, Reduction)
                           else Space(it.body.in_shape) if isinstance(it.body, Scatter)
-                          else Space(it.shape, stride=it.stride))
+                          else _transposing_space(it) or Space(it.shape, stride=it.stride))
                 g.available = set(available)
                 g.try_add(it, g.available)
                 seq.append(g)
@@ -232,6 +232,40 @@ def schedule(items, inputs=()):
             seq.append(it)
             available.update(_produced(it))
     return seq
+
+
+TILE_MIN = 16  # a transposing copy is tiled where both dims it swaps have at least this many elements
+
+
+def _transposing_space(buf):
+    """A 2-d tiled space for a pointwise buffer whose largest read walks memory across another
+    dim than its store does (``k.transpose(-1, -2).contiguous()``): one kernel walking the
+    store's memory order reads every element a whole row apart, one walking the read's
+    order writes so. Tiled, a program covers XBLOCK elements along the read's contiguous dim
+    (the space's columns, kept dims) by RBLOCK along the store's (its "rows": the one dim in
+    ``dims``, though nothing is reduced): both are contiguous runs, and Triton moves the tile
+    between the two layouts through shared memory, as a column reduction's code does. None
+    where no such read is found."""
+    if isinstance(buf.body, (Reduction, Scatter)) or not buf.shape:
+        return None
+    n = math.prod(buf.shape)
+    sizes = dict(enumerate(buf.shape))
+    inner = [d for d in range(len(buf.shape)) if buf.stride[d] == 1 and sizes[d] > 1]
+    if len(inner) != 1 or sizes[inner[0]] < TILE_MIN or n < TILE_MIN * TILE_MIN * 16:
+        return None
+    out = inner[0]
+    rec = Recorder()
+    space = Space(buf.shape)
+    buf.body.load(rec, space.full_index())
+    for _, off in rec.loads:
+        coefs = {int(t[1:]): c for t, c in off.coefs.items() if t.startswith("x") and t[1:].isdigit()}
+        if len(coefs) != len(off.coefs) or coefs.get(out, 0) in (0, 1):
+            continue  # an indirect read, or one that walks memory along the store's dim
+        ins = [d for d, c in coefs.items() if c == 1 and sizes[d] >= TILE_MIN]
+        if len(ins) == 1 and math.prod(sizes[d] for d in coefs) * 2 >= n:
+            stride = [coefs.get(d, 0) for d in range(len(buf.shape))]
+            return Space(buf.shape, (out,), stride)
+    return None
 
 
 def _joinable(seq):
