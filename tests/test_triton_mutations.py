@@ -167,3 +167,23 @@ def test_reduce_overhead_mode_leaves_mutations_outside_the_graph(sources):
     for a, b in zip(ref.buffers(), model.buffers()):
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
     assert all("copy_ into its input" not in _calls(s) for s in sources)
+
+
+def test_parameters_updated_under_no_grad(sources):
+    """An optimizer's update: leaves that require grad, changed in place under no_grad. The
+    kernels write the new values into the parameters themselves."""
+    torch.manual_seed(0)
+    params = [torch.randn(6, requires_grad=True), torch.randn(3, 2, requires_grad=True)]
+    for t in params:
+        t.grad = torch.randn_like(t)
+    want = [(t - 0.1 * t.grad).detach() for t in params]
+
+    def update(ps):
+        with torch.no_grad():
+            for t in ps:
+                t.add_(t.grad, alpha=-0.1)
+    pydynamo.optimize("triton", fullgraph=True)(update)(params)
+    for t, w in zip(params, want):
+        torch.testing.assert_close(t.detach(), w)
+        assert t.requires_grad and t.is_leaf
+    assert _calls(sources[0]).count("stored there") == 2
