@@ -216,3 +216,21 @@ def test_unsupported_dtype_input_runs_eagerly():
 
     a = np.array(["x", "y"])
     assert list(pydynamo.optimize("eager")(f)(a)) == ["xx", "yy"]
+
+
+def test_pydynamo_compiles_without_numpy_installed():
+    """NumPy is optional (torch runs without it, and pydynamo does not depend on it): with no
+    numpy to import, frames still compile. A fresh venv of the README's quick start has none."""
+    import subprocess
+    import sys
+    code = ("import sys; sys.modules['numpy'] = None\n"  # import numpy raises ImportError
+            "import torch, pydynamo\n"
+            "from pydynamo.testing import CompileCounter\n"
+            "counter = CompileCounter()\n"
+            "f = pydynamo.optimize(counter, fullgraph=True)(lambda x: x.sin() + 1)\n"
+            "assert torch.equal(f(torch.ones(3)), torch.ones(3).sin() + 1)\n"
+            "assert 'numpy' not in sys.modules or sys.modules['numpy'] is None\n"
+            "print(counter.frame_count)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "1", out.stdout + out.stderr

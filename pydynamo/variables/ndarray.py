@@ -20,7 +20,6 @@ tensors in one operation, arrays that are not writeable, aligned and in native b
 import operator
 import warnings
 
-import numpy as np
 import torch
 import torch._numpy as tnp
 import torch.utils._pytree as pytree
@@ -29,6 +28,11 @@ from ..exc import DataDependentError, Unsupported
 from ..source import Source
 from .base import ObjectVariable, VariableTracker
 from .constant import ConstantVariable
+
+try:
+    import numpy as np
+except ImportError:  # NumPy is optional (torch runs without it): then no value is NumPy's
+    np = None
 
 # Attributes of an array that its (static) metadata answers.
 _META_ATTRS = frozenset({"shape", "ndim", "size", "dtype", "itemsize", "nbytes"})
@@ -39,8 +43,9 @@ _DATA_METHODS = frozenset({"item", "tolist", "tobytes", "tofile", "dump", "dumps
                            "__float__", "__index__", "__complex__", "__array__", "__iter__", "__reduce__",
                            "__reduce_ex__", "__deepcopy__", "__copy__", "view", "resize", "setflags",
                            "getfield", "setfield", "byteswap", "newbyteorder", "tostring"})
-_DTYPES = frozenset(np.dtype(n) for n in ("bool", "int8", "int16", "int32", "int64", "uint8", "float16",
-                                          "float32", "float64", "complex64", "complex128"))
+_DTYPES = frozenset() if np is None else frozenset(
+    np.dtype(n) for n in ("bool", "int8", "int16", "int32", "int64", "uint8", "float16", "float32", "float64",
+                          "complex64", "complex128"))
 
 
 class NumpyTensorSource(Source):
@@ -78,7 +83,7 @@ class NdarrayIs:
 
 
 def is_ndarray(value):
-    return type(value) is np.ndarray
+    return np is not None and type(value) is np.ndarray
 
 
 def wrap_ndarray(tx, value, source):
@@ -390,7 +395,7 @@ def _stand_in(var):
 
 
 def is_numpy_scalar_type(value):
-    return isinstance(value, type) and issubclass(value, np.generic)
+    return np is not None and isinstance(value, type) and issubclass(value, np.generic)
 
 
 def graph_constant(value):
@@ -421,7 +426,7 @@ def _numpy_name(fn):
 
 def is_numpy_function(value):
     """A function (or ufunc) of NumPy's public namespace, ``numpy.linalg`` or ``numpy.fft``."""
-    if isinstance(value, type) or not callable(value):
+    if np is None or isinstance(value, type) or not callable(value):
         return False
     module = getattr(value, "__module__", None) or ""
     if not (module == "numpy" or module.startswith("numpy.")) and not isinstance(value, np.ufunc):
