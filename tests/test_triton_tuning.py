@@ -62,7 +62,32 @@ CASES = {
     "argmax of long rows": (lambda x: x.argmax(-1), lambda: [torch.randn(2, 11000)]),
     "softmax, few rows": (lambda x: torch.softmax(x, -1), lambda: [torch.randn(6, 100)]),
     "cumsum": (lambda x: torch.cumsum(x, -1), lambda: [torch.randn(3, 5000)]),
+    # a transposing copy, tiled (scheduler._transposing_space): columns along the read
+    "transposed copy": (lambda x: (x.transpose(-1, -2) * 0.5).contiguous(), lambda: [torch.randn(3, 100, 72)]),
 }
+
+
+def test_every_configuration_of_a_kernel_storing_into_an_input(monkeypatch, tmp_path, caplog):
+    """A kernel that stores a graph input's new value straight into it, reading nothing of the
+    input, may be measured: each run writes the same values (wrapper._into_inputs)."""
+    caplog.set_level(logging.INFO, logger="pydynamo.output_code")
+    x = torch.randn(3000, 40)
+
+    def fn(x, buf):
+        buf.copy_(x.sum(0))
+        return x * 2
+    offered = set()
+    for k in range(4):
+        monkeypatch.setenv("PYDYNAMO_CACHE_DIR", str(tmp_path / f"cache{k}"))
+        seen, buf = [], torch.zeros(40)
+        got, _ = _run(fn, [x, buf], monkeypatch, _prefer(k, seen))
+        torch.testing.assert_close(got, x * 2)
+        torch.testing.assert_close(buf, x.sum(0), atol=1e-4, rtol=1e-4)
+        offered |= {n for n in seen if n.endswith(f"_c{k}")} if k else set()
+        shutil.rmtree(tmp_path / f"cache{k}", ignore_errors=True)
+    assert offered
+    src = [r.args[1] for r in caplog.records if r.name == "pydynamo.output_code"][-1]
+    assert "stored there" in src and ".with_choices(" in src
 
 
 @pytest.mark.parametrize("case", list(CASES))
