@@ -390,7 +390,7 @@ class GraphLowering:
         into dst's memory where no later item reads dst; otherwise it copies it over at the end
         of the call (WrapperCodegen._into_inputs)."""
         from .lowerings import copy
-        if not isinstance(dst, InputBuffer) or any(d == dst.name for d in self.mutations.values()):
+        if not isinstance(dst, InputBuffer) or any(d.name == dst.name for d in self.mutations.values()):
             raise NotImplementedError("a copy_ into something other than a graph input, or twice into one")
         value = copy(self, node, dst, src)
         stride = dense_strides(dst.shape, dst.stride) or contiguous_strides(dst.shape)
