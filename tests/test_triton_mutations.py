@@ -187,3 +187,20 @@ def test_parameters_updated_under_no_grad(sources):
         torch.testing.assert_close(t.detach(), w)
         assert t.requires_grad and t.is_leaf
     assert _calls(sources[0]).count("stored there") == 2
+
+
+def test_two_copies_into_one_input_are_refused():
+    """AOTAutograd writes one copy_ per mutated input; a hand-made graph with two is refused
+    (the backend then runs the graph with ATen) rather than keeping only one."""
+    from pydynamo.backends.triton import generate_source
+    g = torch.fx.Graph()
+    a, b = g.placeholder("a"), g.placeholder("b")
+    a.meta["val"], b.meta["val"] = torch.randn(4), torch.randn(4)
+    first = g.call_function(torch.ops.aten.copy_.default, (a, b))
+    twice = g.call_function(torch.ops.aten.mul.Tensor, (b, 2))
+    second = g.call_function(torch.ops.aten.copy_.default, (a, twice))
+    first.meta["val"] = second.meta["val"] = a.meta["val"]
+    twice.meta["val"] = b.meta["val"] * 2
+    g.output((twice,))
+    with pytest.raises(NotImplementedError, match="twice"):
+        generate_source(torch.fx.GraphModule({}, g))
