@@ -281,8 +281,6 @@ class GraphLowering:
             # no elements to compute: the result is an allocation
             return self.call(aten.empty_strided.default, [list(val.shape), list(val.stride())],
                              {"dtype": val.dtype, "device": val.device}, val)
-        if node.target is aten.copy_.default and len(args) == 2 and not kwargs and self._lowerable(node, args, kwargs):
-            return self.copy_into_input(node, *args)
         fn = LOWERINGS.get(node.target)
         if fn is not None and self._lowerable(node, args, kwargs):
             self._origins = _origins(node, (args, kwargs))
@@ -389,10 +387,9 @@ class GraphLowering:
         recorded in ``self.mutations``. The wrapper has the kernel that computes it store it
         into dst's memory where no later item reads dst; otherwise it copies it over at the end
         of the call (WrapperCodegen._into_inputs)."""
-        from .lowerings import copy
         if not isinstance(dst, InputBuffer) or any(d.name == dst.name for d in self.mutations.values()):
             raise NotImplementedError("a copy_ into something other than a graph input, or twice into one")
-        value = copy(self, node, dst, src)
+        value = LOWERINGS[aten.copy.default](self, node, dst, src)
         stride = dense_strides(dst.shape, dst.stride) or contiguous_strides(dst.shape)
         buf = self._store(value, stride)
         self.mutations[buf.name] = dst

@@ -320,6 +320,12 @@ def copy(g, node, dst, src, non_blocking=False):
     return pointwise(node, [src], lambda x: x, operand_dtype=ops.compute_dtype(src.dtype))
 
 
+@lowering(aten.copy_.default)
+def copy_(g, node, dst, src, non_blocking=False):
+    """The graph's write into one of its inputs, at its end (GraphLowering.copy_into_input)."""
+    return g.copy_into_input(node, dst, src)
+
+
 @lowering(aten.scalar_tensor.default, aten.full.default, aten.full_like.default, aten.fill.Scalar,
           aten.zeros_like.default, aten.ones_like.default, aten.zeros.default, aten.ones.default)
 def constant(g, node, *args, **kwargs):
