@@ -170,7 +170,7 @@ def aten_call(op, args, kwargs):
 
 
 _LAYOUT_OPS = {"t", "view", "alias", "detach", "expand", "unsafe_view", "permute", "transpose", "reshape",
-               "squeeze", "unsqueeze", "slice", "select", "getitem", "clone", "split", "split_with_sizes"}
+               "squeeze", "unsqueeze", "slice", "select", "getitem", "clone", "split", "split_with_sizes", "copy"}
 
 
 def _meta(shape, stride, dtype):
