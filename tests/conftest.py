@@ -28,6 +28,16 @@ if C_ONLY:
     collect_ignore_glob = [n for n in os.listdir(os.path.dirname(__file__) or ".")
                            if n.startswith("test_") and n.endswith(".py") and n not in _c_tests] + ["gpu"]
 
+# Generated kernels and the triton backend's graph index go to one temporary directory per
+# test session (tests needing their own use tmp_path), removed when the session ends
+if "PYDYNAMO_CACHE_DIR" not in os.environ:
+    import shutil
+    import tempfile
+    _CACHE = os.environ["PYDYNAMO_CACHE_DIR"] = tempfile.mkdtemp(prefix="pydynamo-test-cache-")
+
+    def pytest_unconfigure(config):
+        shutil.rmtree(_CACHE, ignore_errors=True)
+
 from pydynamo import _C  # noqa: E402
 
 if C_ONLY:  # C-only mode: wire errors to the log as pydynamo/__init__ does

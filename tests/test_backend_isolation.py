@@ -7,11 +7,9 @@ and fails if pydynamo tried to compile any code but the user's step function and
 import copy
 import dataclasses
 import os
-import tempfile
 import threading
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported: kernels run on the CPU
-os.environ.setdefault("PYDYNAMO_CACHE_DIR", tempfile.mkdtemp(prefix="pydynamo-test-cache-"))
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

@@ -1,10 +1,8 @@
 """The triton backend on CPU tensors through Triton's interpreter: pointwise chains, broadcasts,
 views, reductions, fusion, ATen fallbacks, the disk cache.  Each test compares with eager."""
 import os
-import tempfile
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported: kernels run on the CPU
-os.environ.setdefault("PYDYNAMO_CACHE_DIR", tempfile.mkdtemp(prefix="pydynamo-test-cache-"))
 
 import logging  # noqa: E402
 import operator  # noqa: E402
@@ -202,6 +200,43 @@ def test_softmax_one_kernel(rows, cols, sources):
     (src,) = sources()
     assert kernels(src) == 1, src
     assert "kept in registers" in src
+
+
+def test_softmax_backward_seen_merged_is_one_kernel(sources):
+    """Softmax's backward handed to a batched matmul as [B*H, S, S] while its row sum is
+    computed over [B, H, S, S]: the elementwise part, another shape with as many elements, is
+    computed in the row kernel at each lane's element, not in a second kernel re-reading both."""
+    w = r(4, 64, 8)
+
+    def fn(x, g):
+        p = torch.softmax(x, dim=-1)
+        dx = p * (g - (g * p).sum(-1, keepdim=True))
+        return torch.bmm(dx.reshape(4, 64, 64) * 0.125, w)  # (the scale after the view, as in SDPA)
+    check(fn, r(2, 2, 64, 64), r(2, 2, 64, 64), atol=1e-5, rtol=1e-5)
+    (src,) = sources()
+    assert kernels(src) == 1, src  # softmax, the row sum, the backward stored as [4, 64, 64]
+    assert "triton_pointwise" not in src
+
+
+def test_value_saved_at_the_graph_end_is_stored_by_its_softmax_kernel(sources):
+    """AOTAutograd puts what the backward saves at the forward's end: here the probabilities,
+    transposed as the backward's matmul reads them (dense, so laid out as the softmax computes
+    them), many kernels after their softmax. That kernel stores them from its registers,
+    instead of a kernel at the end re-reading the scores and recomputing."""
+    w, ws = r(4, 64, 64), [r(4, 64, 64) * 0.1 for _ in range(10)]
+
+    def fn(x):
+        p = torch.softmax(x, dim=-1)
+        h = torch.bmm(p.reshape(4, 64, 64), w)
+        for v in ws:
+            h = torch.sin(torch.bmm(h, v))
+        return h, p.reshape(4, 64, 64).transpose(1, 2).clone()
+    out = check(fn, r(2, 2, 64, 64), atol=1e-4, rtol=1e-4)
+    assert out[1].stride() == (4096, 1, 64)
+    (src,) = sources()
+    # the softmax storing both p and its saved copy; one sine kernel launched 10 times
+    assert kernels(src) == 2, src
+    assert len(re.findall(r"\n        \(?launch_1\b.*\(stream, ", src)) == 10
 
 
 def test_log_softmax_and_logsumexp():

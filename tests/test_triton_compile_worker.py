@@ -6,11 +6,9 @@ import contextlib
 import glob
 import os
 import sys
-import tempfile
 import time
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
-os.environ.setdefault("PYDYNAMO_CACHE_DIR", tempfile.mkdtemp(prefix="pydynamo-test-cache-"))
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

@@ -4,10 +4,8 @@ whose rows are held in registers or looped, under optimize("triton", fullgraph=T
 eager. Fixed seeds: the programs are the same every run."""
 import os
 import random
-import tempfile
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported: kernels run on the CPU
-os.environ.setdefault("PYDYNAMO_CACHE_DIR", tempfile.mkdtemp(prefix="pydynamo-test-cache-"))
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

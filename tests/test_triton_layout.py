@@ -3,10 +3,8 @@ rewrite that runs convolutions channels-last (layout.py, on by default on CUDA, 
 PYDYNAMO_TRITON_LAYOUT_OPT=1), and pooling results laid out as eager lays them out."""
 import logging
 import os
-import tempfile
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
-os.environ.setdefault("PYDYNAMO_CACHE_DIR", tempfile.mkdtemp(prefix="pydynamo-test-cache-"))
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

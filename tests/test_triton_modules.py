@@ -3,10 +3,8 @@
 input gradient and every parameter gradient against eager, through Triton's CPU interpreter."""
 import copy
 import os
-import tempfile
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported: kernels run on the CPU
-os.environ.setdefault("PYDYNAMO_CACHE_DIR", tempfile.mkdtemp(prefix="pydynamo-test-cache-"))
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

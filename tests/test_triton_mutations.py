@@ -5,10 +5,8 @@ nothing after it reads the input; otherwise the new value is copied over at the 
 Either way the caller's tensors end as eager leaves them. Through Triton's CPU interpreter."""
 import copy
 import os
-import tempfile
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported: kernels run on the CPU
-os.environ.setdefault("PYDYNAMO_CACHE_DIR", tempfile.mkdtemp(prefix="pydynamo-test-cache-"))
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

@@ -3,10 +3,8 @@ pydynamo.optimize("triton", fullgraph=True) (Dynamo capture, AOTAutograd, our lo
 CPU interpreter) against eager. Ops the generator does not lower run with ATen; either way the
 answer must match."""
 import os
-import tempfile
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported: kernels run on the CPU
-os.environ.setdefault("PYDYNAMO_CACHE_DIR", tempfile.mkdtemp(prefix="pydynamo-test-cache-"))
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

@@ -4,10 +4,8 @@ transformer block with cross-entropy.  Loss and every gradient are compared with
 import copy
 import math
 import os
-import tempfile
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported: kernels run on the CPU
-os.environ.setdefault("PYDYNAMO_CACHE_DIR", tempfile.mkdtemp(prefix="pydynamo-test-cache-"))
 
 import logging  # noqa: E402
 

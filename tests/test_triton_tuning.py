@@ -5,10 +5,8 @@ clock worth reading, so a stand-in measure (runtime.MEASURE) says which configur
 import os
 import re
 import shutil
-import tempfile
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported: kernels run on the CPU
-os.environ.setdefault("PYDYNAMO_CACHE_DIR", tempfile.mkdtemp(prefix="pydynamo-test-cache-"))
 
 import logging  # noqa: E402
 

@@ -68,16 +68,23 @@ class Space:
         return triton_next_pow2(self.rnumel) <= (PERSISTENT_MAX if self.inner else COLUMN_PERSISTENT_MAX)
 
     def place(self, buf):
-        """(level, index into buf.body's own shape) or None when buf does not fit here."""
+        """The ways buf fits here, in order of preference: (level, index into buf.body's own
+        shape) pairs; none when buf does not fit."""
         body, full = buf.body, self.full_index()
         if isinstance(body, Scatter):
-            return ("scatter", full) if not self.is_row and body.in_shape == self.shape else None
+            return [("scatter", full)] if not self.is_row and body.in_shape == self.shape else []
         if isinstance(body, Reduction):
             if self.is_row and body.in_shape == self.shape and body.dims == self.dims:
-                return ("scan" if isinstance(body, Scan) else "red"), full
-            return None
+                return [("scan" if isinstance(body, Scan) else "red", full)]
+            return []
         if body.shape == self.shape:
-            return "full", full
+            return [("full", full)]
+        if math.prod(body.shape) == math.prod(self.shape):
+            fits = {}
+            for index in (self._reshaped(buf, False), self._reshaped(buf, True)):
+                if index is not None:
+                    fits.setdefault(tuple(i.key() for i in index), ("full", index))
+            return list(fits.values())
         if self.is_row:
             # one value per row: the kept dims of size > 1, in order, are the body's (its 1s
             # aside), so the same linear order: (C,), (1, C, 1, 1) or (C, 1, 1) by rows of C
@@ -85,11 +92,52 @@ class Space:
             if [s for s in body.shape if s != 1] == [self.shape[d] for d in range(len(self.shape))
                                                     if d not in self.dims and self.shape[d] != 1]:
                 it = iter(kept)
-                return "x", [next(it) if s != 1 else Affine() for s in body.shape]
-        return None
+                return [("x", [next(it) if s != 1 else Affine() for s in body.shape])]
+        return []
+
+    def _reshaped(self, buf, by_memory):
+        """The index into ``buf`` (as many elements as this space, another shape) of the element
+        each lane computes: the element at the lane's place in row-major order (softmax's backward
+        computed as [B*H, S, S] in a [B, H, S, S] row space), or ``by_memory``, the element at the
+        lane's place in memory, the space walking its memory order and buf being dense (the
+        attention probabilities saved transposed for the backward's matmul, [B*H, S, S] with
+        strides (S*S, 1, S), laid out as the [B, H, S, S] row space that computes them). None
+        where an index would take div/mod of the loop variables (a dim of the space split)."""
+        if by_memory:
+            if not _dense(buf.shape, buf.stride):
+                return None
+            order, steps = self.order, buf.stride
+        else:
+            order, steps = range(len(self.shape)), _contiguous_strides(buf.shape)
+        linear, step, full = Affine(), 1, self.full_index()
+        for d in reversed(list(order)):
+            linear, step = linear + full[d] * step, step * self.shape[d]
+        out = [Affine() if size == 1 else linear.floordiv(st).mod(size) for size, st in zip(buf.shape, steps)]
+        if any(t in a.ops for a in out for t in a.coefs):
+            return None
+        return out
 
     def store_index(self, buf, level, index):
         return buf.body.out_index(index) if level in ("red", "scan") else index
+
+
+def _contiguous_strides(shape):
+    out, step = [], 1
+    for size in reversed(shape):
+        out.append(step)
+        step *= size
+    return out[::-1]
+
+
+def _dense(shape, stride):
+    """Whether a buffer fills its memory exactly: its strides, smallest first, are the running
+    products of its sizes (size-1 dims aside)."""
+    step = 1
+    for size, st in sorted(((sz, st) for sz, st in zip(shape, stride) if sz != 1), key=lambda p: p[1]):
+        if st != step:
+            return False
+        step *= size
+    return True
 
 
 def triton_next_pow2(n):
@@ -166,10 +214,18 @@ def _place_all(space, bufs, available):
 
 
 def _place_one(space, buf, placed, available):
-    fit = space.place(buf)
-    if fit is None:
+    fits = space.place(buf)
+    if not fits:
         raise NotFusable("shape")
-    level, index = fit
+    for n, (level, index) in enumerate(fits):
+        try:
+            return _place_at(space, buf, placed, available, level, index)
+        except NotFusable:
+            if n == len(fits) - 1:
+                raise
+
+
+def _place_at(space, buf, placed, available, level, index):
     rec = Recorder()
     store = space.store_index(buf, level, index)
     if level in ("red", "scan"):
@@ -209,14 +265,15 @@ def schedule(items, inputs=()):
     """Items -> sequence of Group | FallbackOp | ViewOp, fusing greedily: into the last group,
     else into a recent one (see _joinable). ``inputs``: names of the graph's inputs and constants."""
     seq, available = [], set(inputs)
+    made_by, barrier = {}, -1  # buffer name -> the group computing it; where the last in-place ATen op is
     for it in items:
         if isinstance(it, ComputedBuffer):
-            for g in _joinable(seq):
+            for g in _joinable(seq, _producer(it, made_by, barrier)):
                 try:
                     g.try_add(it, g.available)
                 except NotFusable:
                     continue
-                for later in seq[seq.index(g) + 1:]:  # it is ready before later kernels start
+                for later in seq[g.pos + 1:]:  # it is ready before later kernels start
                     if isinstance(later, Group):
                         later.available.add(it.name)
                 break
@@ -224,14 +281,35 @@ def schedule(items, inputs=()):
                 g = Group(Space(it.body.in_shape, it.body.dims, it.body.in_stride) if isinstance(it.body, Reduction)
                           else Space(it.body.in_shape) if isinstance(it.body, Scatter)
                           else _transposing_space(it) or Space(it.shape, stride=it.stride))
-                g.available = set(available)
+                g.available, g.pos = set(available), len(seq)
                 g.try_add(it, g.available)
                 seq.append(g)
+            made_by[it.name] = g
             available.add(it.name)
         else:
+            if _in_place(it):
+                barrier = len(seq)
             seq.append(it)
             available.update(_produced(it))
     return seq
+
+
+def _producer(buf, made_by, barrier):
+    """The group computing the last-made of the buffers ``buf`` reads, where that lies after the
+    last in-place ATen op, else None. AOTAutograd's partitioner puts the values saved for the
+    backward at the forward's end (BERT's attention probabilities, cast and transposed for the
+    backward's matmul, for all layers at once); there they would re-read what their softmax
+    kernel read, many kernels back, where joining that kernel stores them from its registers."""
+    if isinstance(buf.body, Scatter):
+        return None
+    rec = Recorder()
+    if isinstance(buf.body, Reduction):
+        buf.body.inner(rec, Space(buf.body.in_shape, buf.body.dims).full_index())
+    else:
+        buf.body.load(rec, Space(buf.shape).full_index())
+    groups = [made_by[name] for name, _ in rec.loads if name in made_by]
+    g = max(groups, key=lambda g: g.pos, default=None)
+    return g if g is not None and g.pos > barrier else None
 
 
 TILE_MIN = 16  # a transposing copy is tiled where both dims it swaps have at least this many elements
@@ -268,18 +346,26 @@ def _transposing_space(buf):
     return None
 
 
-def _joinable(seq):
-    """Groups a new buffer may join, most recent first: the last group, and earlier ones up to
+def _joinable(seq, producer=None):
+    """Groups a new buffer may join: ``producer``, the group computing what it reads last, where
+    that lies more than LOOKBACK items back (see _producer: it would take its inputs from that
+    kernel's registers); then, most recent first, the last group and earlier ones up to
     LOOKBACK items back (a buffer computed earlier than written is still correct when it reads
     only what existed when that kernel started, which try_add checks, and no ATen call between
-    writes memory in place). Joining a kernel that reads the same input saves a launch and a read
-    (the copies of q and v out of one qkv projection)."""
+    writes memory in place). Joining a kernel that reads the same input saves a launch and a
+    read (the copies of q and v out of one qkv projection)."""
+    if producer is not None and producer.pos < len(seq) - LOOKBACK:
+        yield producer
     for it in reversed(seq[-LOOKBACK:]):
         if isinstance(it, Group):
             yield it
-        elif type(it).__name__ == "FallbackOp" and getattr(it.op, "_schema", None) is not None \
-                and it.op._schema.is_mutable:
+        elif _in_place(it):
             return
+
+
+def _in_place(it):
+    return type(it).__name__ == "FallbackOp" and getattr(it.op, "_schema", None) is not None \
+        and it.op._schema.is_mutable
 
 
 def _produced(it):
