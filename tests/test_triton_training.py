@@ -313,6 +313,54 @@ def test_dropout_in_the_kernel(caplog, p):
     pydynamo.reset()
 
 
+def test_dropout_saves_its_mask_not_its_output():
+    """The backward of dropout(tanh(x)) * w needs the dropped-out value: it is recomputed from
+    the saved mask and x (dropout is decomposed into its mask and a product), not saved."""
+    import pydynamo
+    pydynamo.reset()
+    x, w = torch.randn(64, 32), torch.randn(64, 32, requires_grad=True)
+    fn = pydynamo.optimize("triton", fullgraph=True)(lambda x, w: F.dropout(torch.tanh(x), 0.2) * w)
+    saved = []
+
+    def pack(t):
+        saved.append((t.dtype, t is x))
+        return t
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = fn(x, w)
+    out.sum().backward()
+    assert (torch.bool, False) in saved
+    assert all(dtype == torch.bool or is_x for dtype, is_x in saved), saved
+    kept = out != 0
+    torch.testing.assert_close(w.grad[kept], (torch.tanh(x) / 0.8)[kept])
+    assert torch.equal(w.grad[~kept], torch.zeros_like(w.grad[~kept]))
+    pydynamo.reset()
+
+
+def test_rand_like_in_the_kernel(caplog):
+    """torch.rand_like of float32 is drawn in the kernel: values in [0, 1), new each call, the
+    same under the same manual_seed; of bfloat16 it stays ATen's (rounding could reach 1)."""
+    import pydynamo
+    caplog.set_level(logging.INFO, logger="pydynamo.output_code")
+    pydynamo.reset()
+    fn = pydynamo.optimize("triton", fullgraph=True)(lambda x: torch.rand_like(x) + x * 0)
+    x = torch.zeros(256, 64)
+    torch.manual_seed(3)
+    a = fn(x)
+    b = fn(x)
+    torch.manual_seed(3)
+    assert torch.equal(fn(x), a) and not torch.equal(a, b)
+    assert 0 <= a.min() and a.max() < 1 and abs(a.mean().item() - 0.5) < 0.01
+    srcs = generated(caplog)
+    assert any("rand_uniform(" in s.split("def make(")[0] for s in srcs)
+    assert all("aten.rand_like" not in s for s in srcs)
+    pydynamo.reset()
+    caplog.clear()
+    c = pydynamo.optimize("triton", fullgraph=True)(lambda x: torch.rand_like(x) + x * 0)(x.bfloat16())
+    assert c.dtype == torch.bfloat16 and 0 <= c.min() and c.max() < 1
+    assert any("aten.rand_like" in s for s in generated(caplog))
+    pydynamo.reset()
+
+
 def test_dropout_reproducible_under_manual_seed():
     """The seeds come from torch's generator at each call: the same seed gives the same mask,
     the next call a new one."""

@@ -46,10 +46,24 @@ def convolution_backward(grad_output, input, weight, bias_sizes, stride, padding
     return grad_input, grad_weight, grad_bias
 
 
+def native_dropout(input, p, train):
+    """Dropout in training as its mask, drawn from ``rand_like`` (lowerings.rand_like: in the
+    kernel, as our native_dropout lowering draws it), and the product. Kept whole, the op is a
+    random one whose outputs AOTAutograd's partitioner may not recompute, so the backward saved
+    the dropped-out value itself besides the mask: BERT's attention probabilities, cast to bf16
+    for the backward's matmul, 25 MB a layer. Split, it saves the mask and recomputes the rest.
+    Other forms stay whole (train=False, p of 0 or 1, integers: the lowering's)."""
+    if train is False or not 0 < p < 1 or not input.dtype.is_floating_point:
+        return NotImplemented
+    keep = aten.ge.Scalar(aten.rand_like.default(input, dtype=torch.float32), p)
+    return aten.mul.Tensor(aten.mul.Tensor(input, keep), 1.0 / (1.0 - p)), keep
+
+
 @functools.lru_cache(None)
 def decomposition_table():
     table = dict(core_aten_decompositions())
     for op, fn in get_decompositions(EXTRA).items():
         table.setdefault(op, fn)
     table[aten.convolution_backward.default] = convolution_backward
+    table[aten.native_dropout.default] = native_dropout
     return {op: fn for op, fn in table.items() if op not in KEEP}

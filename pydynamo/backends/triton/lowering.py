@@ -443,7 +443,7 @@ class GraphLowering:
         call of the graph draws a seed for each such op from torch's generator, so every call
         gets new randomness and ``torch.manual_seed`` reproduces it."""
         if self._seeds is None:
-            nodes = [n for n in self.gm.graph.nodes if n.target is aten.native_dropout.default]
+            nodes = [n for n in self.gm.graph.nodes if n.target in (aten.native_dropout.default, aten.rand_like.default)]
             val = torch.empty(len(nodes), dtype=torch.int64, device=self.device)
             buf = self.call(aten.randint.default, [2**63 - 1, [len(nodes)]],
                             {"dtype": torch.int64, "device": self.device}, val)

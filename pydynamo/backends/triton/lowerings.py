@@ -308,6 +308,27 @@ def native_dropout(g, node, x, p, train):
     return pointwise(_Meta(out), [x, kept], lambda v, m: f"{v} * {m} * {ops.literal(scale)}"), kept
 
 
+@lowering(aten.rand_like.default)
+def rand_like(g, node, x, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    """Uniform floats in [0, 1) drawn in the kernel, as native_dropout's mask is (our
+    decomposition of native_dropout draws its mask so). float32 only: another dtype rounds
+    values below 1 up to 1, and stays ATen's."""
+    val = node.meta["val"]
+    if val.dtype != torch.float32 or val.device != g.device or layout not in (None, torch.strided) \
+            or pin_memory or not 0 < val.numel() < 2**32:
+        raise Unlowerable("rand_like")
+    seeds, at = g.seed(node)
+    strides = [math.prod(val.shape[d + 1:]) for d in range(len(val.shape))]
+
+    def uniform(k, index):
+        seed = seeds.load(k, [Affine(const=at)])
+        offset = k.index_value(sum((Affine.lift(i) * s for i, s in zip(index, strides)), Affine()))
+        return k.emit(f"rand_uniform({seed}, {offset})")
+    value = Pointwise(val.shape, torch.float32, uniform)
+    value.reads = reads_of(seeds)
+    return value
+
+
 class _Meta:
     """Stands for an FX node whose value is ``val`` (one output of a multi-output op)."""
 
