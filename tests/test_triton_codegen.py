@@ -544,6 +544,40 @@ def test_a_repeated_layer_reuses_its_kernel(sources):
     assert "# and again " in src
 
 
+def test_aten_calls_nothing_reads_are_left_out(sources):
+    """A KV cache's empty tensor that cat skips: its allocation is not made. Calls that write,
+    draw random numbers or have effects stay (wrapper._pure)."""
+    import pydynamo
+    from pydynamo.backends.triton import wrapper
+
+    def fn(x):
+        return torch.cat([torch.tensor([], dtype=x.dtype), x], dim=-2) * 2
+    x = r(2, 3, 8)
+    pydynamo.reset()
+    assert torch.equal(pydynamo.optimize("triton", fullgraph=True)(fn)(x), fn(x))
+    pydynamo.reset()
+    (src,) = sources()
+    assert "aten." not in src.split("def call(")[1], src
+    assert wrapper._pure(torch.ops.aten.empty_strided.default) and wrapper._pure(torch.ops.aten.mm.default)
+    assert not wrapper._pure(torch.ops.aten.add_.Tensor) and not wrapper._pure(torch.ops.aten.rand.default)
+    assert not wrapper._pure(torch.ops.aten._assert_async.msg)
+
+
+def test_view_of_a_whole_buffer_as_allocated_is_the_buffer(sources):
+    """A view with the shape and strides the buffer was allocated with (a saved weight seen
+    through t() twice) is the buffer itself in the wrapper, not an as_strided call; a view
+    of another geometry stays one."""
+    w = r(6, 4)
+
+    def fn(x):
+        y = torch.tanh(x)
+        return torch.mm(y, w), y.t().t(), y.t()
+    out = check(fn, r(5, 6))
+    assert out[1].shape == (5, 6) and out[2].stride() == (1, 6)
+    (src,) = sources()
+    assert src.count(".as_strided(") == 1, src
+
+
 def test_no_kernel_moves_across_an_in_place_aten_call():
     """A buffer may join an earlier kernel across ATen calls, but not across one that writes
     memory in place (it could read what that call writes)."""

@@ -205,6 +205,29 @@ def _traffic(src, params, buffers, elements, stored):
     return f"(reads {read / 2**20:.3g} MB, writes {write / 2**20:.3g} MB)"
 
 
+def _dead_calls(seq, reads, live):
+    """Indices of ATen calls and views whose results nothing reads and the graph does not return
+    (a KV cache's empty tensor, which ``cat`` skips; a call or view reading only such results):
+    calls with no effect but their results. Writing, random and side-effecting ops stay."""
+    live, dead = set(live), set()
+    for i in reversed(range(len(seq))):
+        it = seq[i]
+        names = [getattr(o, "name", None) for o in getattr(it, "outputs", ())]
+        if (isinstance(it, ViewOp) and it.name not in live) or (
+                isinstance(it, FallbackOp) and names and None not in names and not live.intersection(names)
+                and it.name not in live and _pure(it.op)):
+            dead.add(i)
+            continue
+        live |= reads[i]
+    return dead
+
+
+def _pure(op):
+    return isinstance(op, torch._ops.OpOverload) and not op._schema.is_mutable \
+        and torch.Tag.nondeterministic_seeded not in op.tags \
+        and op not in torch.fx.node._side_effectful_functions
+
+
 def _reads(it, group_produced):
     if isinstance(it, Group):
         names = {n for p in it.members for n, _ in p.rec.loads}
@@ -226,6 +249,8 @@ class WrapperCodegen:
         produced = {id(it): {p.buf.name for p in it.members} for it in seq if isinstance(it, Group)}
         reads = [_reads(it, produced) for it in seq]
         outputs = set(g.outputs)
+        dead = _dead_calls(seq, reads, outputs | {d.name for d in g.mutations.values()} | set(g.mutations))
+        reads = [set() if i in dead else r for i, r in enumerate(reads)]
         needed = set().union(*reads, outputs, g.mutations) if reads else set(outputs) | set(g.mutations)
         kernel_reads = set().union(*(r for it, r in zip(seq, reads) if isinstance(it, Group))) if seq else set()
         last = self._last_uses(reads, outputs)
@@ -249,6 +274,8 @@ class WrapperCodegen:
                     self._materialize(name)
             if isinstance(it, Group):
                 self._group(i, it, needed, owned, pool, last)
+            elif i in dead:
+                pass
             elif isinstance(it, FallbackOp):
                 in_place = self._in_place(it, i, last, owned)
                 self._fallback(it, kernel_reads, in_place, view_bases, layouts)
@@ -306,6 +333,11 @@ class WrapperCodegen:
             if offset == 0 or base[1]:  # as_strided with no offset keeps the root's own
                 at = f", {offset}" if offset else ""
                 self.pending[it.name] = f"{it.name} = {base[2]}.as_strided({size}, {stride}{at})"
+                if base[2] in owned and owned[base[2]][:2] == (size, stride) and not offset:
+                    # the whole of a buffer we allocated, as allocated (a saved weight seen
+                    # through t() twice): the buffer itself, not a call (40 of 125 views in
+                    # BERT's training forward)
+                    self.pending[it.name] = f"{it.name} = {base[2]}"
                 layouts[it.name] = (view, base[1], base[2])
                 return
         self._materialize(it.base)
