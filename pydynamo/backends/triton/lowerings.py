@@ -295,17 +295,24 @@ def native_dropout(g, node, x, p, train):
         kept = Pointwise(mask.shape, torch.bool, lambda k, index: k.emit("tl.full([1], 1, tl.int1)"))
         kept.reads = frozenset()
         return pointwise(_Meta(out), [x], lambda v: v), kept
-    seeds, at = g.seed(node)
     scale = 0.0 if p == 1 else 1.0 / (1.0 - p)
-    strides = [math.prod(x.shape[d + 1:]) for d in range(len(x.shape))]
+    kept = _uniform(g, node, mask.shape, torch.bool, lambda u: f"{u} >= {ops.literal(float(p))}")
+    return pointwise(_Meta(out), [x, kept], lambda v, m: f"{v} * {m} * {ops.literal(scale)}"), kept
 
-    def keep(k, index):
+
+def _uniform(g, node, shape, dtype, fmt):
+    """A Pointwise of ``fmt(u)``, u uniform in [0, 1) drawn in the kernel (wrapper.HEADER's
+    rand_uniform) at the element's row-major position under ``node``'s seed."""
+    seeds, at = g.seed(node)
+    strides = [math.prod(shape[d + 1:]) for d in range(len(shape))]
+
+    def draw(k, index):
         seed = seeds.load(k, [Affine(const=at)])
         offset = k.index_value(sum((Affine.lift(i) * s for i, s in zip(index, strides)), Affine()))
-        return k.emit(f"rand_uniform({seed}, {offset}) >= {ops.literal(float(p))}")
-    kept = Pointwise(mask.shape, torch.bool, keep)
-    kept.reads = reads_of(seeds)
-    return pointwise(_Meta(out), [x, kept], lambda v, m: f"{v} * {m} * {ops.literal(scale)}"), kept
+        return k.emit(fmt(f"rand_uniform({seed}, {offset})"))
+    value = Pointwise(shape, dtype, draw)
+    value.reads = reads_of(seeds)
+    return value
 
 
 @lowering(aten.rand_like.default)
@@ -317,16 +324,7 @@ def rand_like(g, node, x, *, dtype=None, layout=None, device=None, pin_memory=No
     if val.dtype != torch.float32 or val.device != g.device or layout not in (None, torch.strided) \
             or pin_memory or not 0 < val.numel() < 2**32:
         raise Unlowerable("rand_like")
-    seeds, at = g.seed(node)
-    strides = [math.prod(val.shape[d + 1:]) for d in range(len(val.shape))]
-
-    def uniform(k, index):
-        seed = seeds.load(k, [Affine(const=at)])
-        offset = k.index_value(sum((Affine.lift(i) * s for i, s in zip(index, strides)), Affine()))
-        return k.emit(f"rand_uniform({seed}, {offset})")
-    value = Pointwise(val.shape, torch.float32, uniform)
-    value.reads = reads_of(seeds)
-    return value
+    return _uniform(g, node, val.shape, torch.float32, lambda u: u)
 
 
 class _Meta:
