@@ -17,7 +17,7 @@ the row per *phase*; a value needing a reduction's result goes in a later phase 
 import contextlib
 import math
 
-from .ir import Affine, ComputedBuffer, Reduction, Scan, Scatter, offset_of
+from .ir import Affine, ComputedBuffer, Reduction, Scan, Scatter, contiguous_strides, offset_of
 
 PERSISTENT_MAX = 4096       # longest row (next power of 2) held in registers: rows along memory
 COLUMN_PERSISTENT_MAX = 64  # the same for columns (reduced dims not innermost), read XBLOCK wide
@@ -108,7 +108,7 @@ class Space:
                 return None
             order, steps = self.order, buf.stride
         else:
-            order, steps = range(len(self.shape)), _contiguous_strides(buf.shape)
+            order, steps = range(len(self.shape)), contiguous_strides(buf.shape)
         linear, step, full = Affine(), 1, self.full_index()
         for d in reversed(list(order)):
             linear, step = linear + full[d] * step, step * self.shape[d]
@@ -119,14 +119,6 @@ class Space:
 
     def store_index(self, buf, level, index):
         return buf.body.out_index(index) if level in ("red", "scan") else index
-
-
-def _contiguous_strides(shape):
-    out, step = [], 1
-    for size in reversed(shape):
-        out.append(step)
-        step *= size
-    return out[::-1]
 
 
 def _dense(shape, stride):

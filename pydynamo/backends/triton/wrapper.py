@@ -332,12 +332,12 @@ class WrapperCodegen:
             size, stride, offset = tuple(view.shape), tuple(view.stride()), view.storage_offset()
             if offset == 0 or base[1]:  # as_strided with no offset keeps the root's own
                 at = f", {offset}" if offset else ""
-                self.pending[it.name] = f"{it.name} = {base[2]}.as_strided({size}, {stride}{at})"
-                if base[2] in owned and owned[base[2]][:2] == (size, stride) and not offset:
-                    # the whole of a buffer we allocated, as allocated (a saved weight seen
-                    # through t() twice): the buffer itself, not a call (40 of 125 views in
-                    # BERT's training forward)
-                    self.pending[it.name] = f"{it.name} = {base[2]}"
+                # the whole of a buffer we allocated, as allocated (a saved weight seen through
+                # t() twice), is the buffer itself, not a call (40 of 125 views in BERT's
+                # training forward)
+                whole = not offset and owned.get(base[2], ())[:2] == (size, stride)
+                self.pending[it.name] = f"{it.name} = {base[2]}" if whole else \
+                    f"{it.name} = {base[2]}.as_strided({size}, {stride}{at})"
                 layouts[it.name] = (view, base[1], base[2])
                 return
         self._materialize(it.base)
