@@ -89,6 +89,18 @@ def test_transposing_copy_is_tiled(sources, shape, dims, dtype):
     assert unit(load, "x") and unit(store, "r"), (load, store)
 
 
+@pytest.mark.parametrize("shape", [(3, 150, 70), (2, 256, 128)])
+def test_transposing_copy_takes_one_tile_a_program(sources, shape):
+    """A tiled copy whose rows are too long to hold whole does not loop down them: each program
+    takes one XBLOCK by RBLOCK tile (its place in both dims from its program id), so the grid
+    grows with the rows too. Rows and columns that are not multiples of the blocks are masked."""
+    x = r(*shape)
+    check(lambda x: (x.transpose(1, 2) * 2).contiguous(), x)
+    (src,) = sources()
+    assert kernels(src) == 1 and "def triton_row_" in src, src
+    assert "for roffset" not in src and re.search(r"rindex = \(pid // \d+\) \* RBLOCK", src), src
+
+
 def test_copy_keeping_the_inner_dim_is_not_tiled(sources):
     check(lambda x: x.permute(0, 2, 1, 3).contiguous(), r(2, 64, 3, 32))
     (src,) = sources()

@@ -105,6 +105,27 @@ def test_every_configuration_computes_what_eager_does(case, monkeypatch, tmp_pat
     assert offered, f"{case}: no kernel was offered another configuration"
 
 
+def test_many_programs_of_whole_rows_are_offered_fewer_warps(monkeypatch, caplog):
+    """A persistent row kernel with programs enough keeps its blocks, and is offered them under
+    half the warps (how many warps share a block's rows is the guess: one a row reduces without
+    shared memory). MIN_PROGRAMS is lowered so that the interpreter runs few programs."""
+    from pydynamo.backends.triton import kernel
+    monkeypatch.setattr(kernel, "MIN_PROGRAMS", 2)
+    caplog.set_level(logging.INFO, logger="pydynamo.output_code")
+    x = torch.randn(64, 700)
+    fn = lambda x: torch.nn.functional.layer_norm(x, (700,))  # noqa: E731
+    seen = []
+    for got in _run(fn, [x], monkeypatch, _prefer(1, seen)):
+        torch.testing.assert_close(got, fn(x), atol=1e-4, rtol=1e-4)
+    src = [r.args[1] for r in caplog.records if r.name == "pydynamo.output_code"][-1]
+    launch = re.search(r"Launch\((\w+), (\d+), (\d+), .*XBLOCK=(\d+), RBLOCK=(\d+)\)\.with_choices", src)
+    assert launch, src
+    name, grid, warps, xblock, rblock = launch.groups()
+    assert f"{name}_c1" in seen and (int(xblock), int(rblock)) == (4, 1024), (seen, launch.groups())
+    alt = re.search(rf"Launch\({name}_c1, {grid}, (\d+), .*XBLOCK=4, RBLOCK=1024\)", src)
+    assert alt and int(alt.group(1)) == int(warps) // 2, src
+
+
 def test_the_choice_is_kept_on_disk(monkeypatch):
     fn, make = CASES["column sum"]
     args = make()
