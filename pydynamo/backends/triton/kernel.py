@@ -436,25 +436,19 @@ class KernelCodegen:
         if not self.row:
             return []
         launch = self._launch
-        grid, config, _ = launch
+        grid, config, warps = launch
         if self.persistent and grid >= 2 * MIN_PROGRAMS:
             # programs enough: the blocks stand, and the guess is how many warps share a block's
             # rows (a [4096, 768] bf16 layer norm, 4 rows a program: 11.6 us under 4 warps, one
             # a row, reducing without shared memory, against 14.2 under 8; H100)
-            warps = launch[2]
-            if not self.space.inner or warps < 2:
-                return []
-            try:
-                return [self._assemble((config, warps // 2))]
-            finally:
-                self._launch = launch
-        out = []
+            configs = [(config, warps // 2)] if self.space.inner and warps >= 2 else []
+        else:
+            configs = [({"XBLOCK": x, "RBLOCK": r}, self._warps(x, r))
+                       for x, r in self._other_blocks(config["XBLOCK"], config["RBLOCK"])]
         try:
-            for xblock, rblock in self._other_blocks(config["XBLOCK"], config["RBLOCK"]):
-                out.append(self._assemble(({"XBLOCK": xblock, "RBLOCK": rblock}, self._warps(xblock, rblock))))
+            return [self._assemble(c) for c in configs]
         finally:
             self._launch = launch
-        return out
 
     def _other_blocks(self, xblock, rblock):
         """Up to three (XBLOCK, RBLOCK) beside _row_config's, within the row's and the columns'
@@ -500,9 +494,8 @@ class KernelCodegen:
                       f"xindex = (pid % {nx}) * XBLOCK + tl.arange(0, XBLOCK)[:, None]",
                       _mask("xmask", "xindex", self.space.xnumel, config["XBLOCK"], "[XBLOCK, 1]")]
             lines += self._define(self.xdims, "xindex", used)
-            lines += ["rbase = tl.arange(0, RBLOCK)[None, :]", f"rindex = (pid // {nx}) * RBLOCK + rbase",
-                      _mask("rmask", "rindex", self.space.rnumel, config["RBLOCK"], "[1, RBLOCK]")]
-            lines += self._define(self.rdims, "rindex", used)
+            lines += ["rbase = tl.arange(0, RBLOCK)[None, :]", f"rindex = (pid // {nx}) * RBLOCK + rbase"]
+            lines += self._rdefs(used, config["RBLOCK"])
             for ph in sorted({k[1] for k in self.sections if isinstance(k, tuple)}):
                 lines += sum((self.sections.get((part, ph), []) for part in ("pre", "loop", "post")), [])
         else:
@@ -566,9 +559,13 @@ class KernelCodegen:
             by_name[inp] = by_name[out] = new
         return self._finish(lines, by_name)
 
+    def _rdefs(self, used, rblock):
+        """The row mask and row loop variables, from ``rindex``."""
+        return [_mask("rmask", "rindex", self.space.rnumel, rblock, "[1, RBLOCK]")] + \
+            self._define(self.rdims, "rindex", used)
+
     def _row_body(self, used, rblock):
-        rdefs = [_mask("rmask", "rindex", self.space.rnumel, rblock, "[1, RBLOCK]")]
-        rdefs += self._define(self.rdims, "rindex", used)
+        rdefs = self._rdefs(used, rblock)
         if self.persistent:
             return ["rindex = rbase"] + rdefs + self.sections.get("body", [])
         out = []

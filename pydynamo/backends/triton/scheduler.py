@@ -294,14 +294,20 @@ def _producer(buf, made_by, barrier):
     kernel read, many kernels back, where joining that kernel stores them from its registers."""
     if isinstance(buf.body, Scatter):
         return None
+    groups = [made_by[name] for name, _ in _loads(buf) if name in made_by]
+    g = max(groups, key=lambda g: g.pos, default=None)
+    return g if g is not None and g.pos > barrier else None
+
+
+def _loads(buf):
+    """(name, offset) of each load of a (pointwise or reduction) buffer's body, computed in a
+    space of its own shape."""
     rec = Recorder()
     if isinstance(buf.body, Reduction):
         buf.body.inner(rec, Space(buf.body.in_shape, buf.body.dims).full_index())
     else:
         buf.body.load(rec, Space(buf.shape).full_index())
-    groups = [made_by[name] for name, _ in rec.loads if name in made_by]
-    g = max(groups, key=lambda g: g.pos, default=None)
-    return g if g is not None and g.pos > barrier else None
+    return rec.loads
 
 
 TILE_MIN = 16  # a transposing copy is tiled where both dims it swaps have at least this many elements
@@ -324,10 +330,7 @@ def _transposing_space(buf):
     if len(inner) != 1 or sizes[inner[0]] < TILE_MIN or n < TILE_MIN * TILE_MIN * 16:
         return None
     out = inner[0]
-    rec = Recorder()
-    space = Space(buf.shape)
-    buf.body.load(rec, space.full_index())
-    for _, off in rec.loads:
+    for _, off in _loads(buf):
         coefs = {int(t[1:]): c for t, c in off.coefs.items() if t.startswith("x") and t[1:].isdigit()}
         if len(coefs) != len(off.coefs) or coefs.get(out, 0) in (0, 1):
             continue  # an indirect read, or one that walks memory along the store's dim
