@@ -29,14 +29,14 @@ if C_ONLY:
                            if n.startswith("test_") and n.endswith(".py") and n not in _c_tests] + ["gpu"]
 
 # Generated kernels and the triton backend's graph index go to one temporary directory per
-# test session (tests needing their own use tmp_path), removed when the session ends
+# test session (tests needing their own use tmp_path), removed when the process exits (also
+# after a usage error, where pytest never configures the session)
 if "PYDYNAMO_CACHE_DIR" not in os.environ:
+    import atexit
     import shutil
     import tempfile
     _CACHE = os.environ["PYDYNAMO_CACHE_DIR"] = tempfile.mkdtemp(prefix="pydynamo-test-cache-")
-
-    def pytest_unconfigure(config):
-        shutil.rmtree(_CACHE, ignore_errors=True)
+    atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 
 from pydynamo import _C  # noqa: E402
 
