@@ -32,7 +32,9 @@ earlier one (only the final state is observable):
 
 The trace reads its own writes: ``load_attr`` / ``load_global`` answer with the stored tracker
 (a module's attribute by whatever path reaches the module).
-All new values are built before any is written, since a write may change what a Source reads.
+All new values are built before any is written, and so is every object written into (a target
+reached by a Source): a write may change what a Source reads (``kwargs[new] = kwargs.pop(old)``
+replayed into ``kwargs`` before a store into ``kwargs[old].layers[0]``).
 """
 from . import bytecode_utils as bu
 from .exc import Unsupported
@@ -148,33 +150,35 @@ class SideEffects:
         return out
 
     def codegen_save(self, cg):
-        """Build every new value into a temporary; returns what ``codegen_apply`` needs."""
+        """Build every new value, and load every object written into, into temporaries (each
+        Source is read before any write); returns what ``codegen_apply`` needs."""
         saved = []
         for effect in self._effects.values():
             if effect[0] == "data" or effect[0] == "tattr" and not _tensor_outputs(cg, effect[1]):
                 continue
+            target = _load_target(cg, effect)
             temp = cg.new_temp()
             if effect[0] == "contents":
                 _build_contents(cg, effect[1])
             elif effect[0] == "objattr":
                 if _object_attr(effect) is None:  # deleted: nothing to build
-                    saved.append((effect, None))
+                    saved.append((effect, None, target))
                     continue
                 cg(_object_attr(effect))
             else:
                 cg(effect[2])
             cg.store_local(temp)
-            saved.append((effect, temp))
+            saved.append((effect, temp, target))
         return saved
 
     def codegen_apply(self, cg, saved):
-        for effect, temp in saved:
+        for effect, temp, target in saved:
             kind = effect[0]
             if kind == "contents":
-                _replay_contents(cg, effect[1], temp)
+                _replay_contents(cg, effect[1], temp, target)
             elif kind == "attr":
                 cg.load_local(temp)
-                effect[1].source.reconstruct(cg)
+                cg.load_local(target)
                 cg.append(bu.create_instruction("STORE_ATTR", effect[3]))
             elif kind == "tattr":
                 for tensor in _tensor_outputs(cg, effect[1]):
@@ -182,15 +186,39 @@ class SideEffects:
                     cg(tensor)
                     cg.append(bu.create_instruction("STORE_ATTR", effect[3]))
             elif kind == "objattr":
-                _replay_object_attr(cg, effect, temp)
+                _replay_object_attr(cg, effect, temp, target)
             elif kind == "cell":
                 cg.load_local(temp)
-                effect[1].codegen_store(cg)
+                if target is None:
+                    effect[1].codegen_store(cg)  # the frame's own cell: STORE_DEREF
+                else:
+                    cg.load_local(target)
+                    cg.append(bu.create_instruction("STORE_ATTR", "cell_contents"))
             elif kind == "call":
                 effect[1].codegen_replay(cg, temp)
             else:
                 cg.load_local(temp)
                 cg.append(bu.create_instruction("STORE_GLOBAL", effect[1]))
+
+
+def _load_target(cg, effect):
+    """The object ``effect`` writes into, loaded into a temporary by its Source; None where the
+    write names no object (a global, the frame's own cell, a tensor the graph returns)."""
+    from .source import ClosureSource
+    kind = effect[0]
+    if kind in ("contents", "attr", "objattr"):
+        src = effect[1].source
+    elif kind == "cell" and not isinstance(effect[1].source, ClosureSource):
+        src = effect[1].source.base
+    else:
+        return None
+    if kind == "objattr" and _object_attr(effect) is None \
+            and not effect[1].orig_present.get(effect[2], False):
+        return None  # added, then deleted: nothing is written
+    cg.source(src)
+    temp = cg.new_temp()
+    cg.store_local(temp)
+    return temp
 
 
 def _attr_key(obj, name):
@@ -211,16 +239,16 @@ def _build_contents(cg, var):
     cg.append_build(dict if is_dict else list, len(var.items))
 
 
-def _replay_contents(cg, var, temp):
+def _replay_contents(cg, var, temp, target):
     """Make the pre-existing container ``var.source`` hold what the trace left in it."""
     from .variables.dicts import DictVariable
     from .variables.lists import DequeVariable
     if isinstance(var, DequeVariable) or (isinstance(var, DictVariable) and type(var) is not DictVariable):
         # a deque, OrderedDict or defaultdict (exactly that type): d.clear(); d.extend/update(new)
-        var.source.reconstruct(cg)
+        cg.load_local(target)
         cg.append_call_method("clear", 0)
         cg.append_pop_top()
-        var.source.reconstruct(cg)
+        cg.load_local(target)
         cg.append_load_method("extend" if isinstance(var, DequeVariable) else "update")
         cg.load_local(temp)
         cg.append_call(1)
@@ -228,14 +256,14 @@ def _replay_contents(cg, var, temp):
     elif isinstance(var, DictVariable):  # a dict or dict subclass: dict.clear(d); dict.update(d, new)
         for method, args in ((dict.clear, ()), (dict.update, (temp,))):
             cg.load_function(method)
-            var.source.reconstruct(cg)
+            cg.load_local(target)
             for a in args:
                 cg.load_local(a)
             cg.append_call(1 + len(args))
             cg.append_pop_top()
     else:  # list.__setitem__(lst, slice(None), new)
         cg.load_function(list.__setitem__)
-        var.source.reconstruct(cg)
+        cg.load_local(target)
         cg.load_const(slice(None, None, None))
         cg.load_local(temp)
         cg.append_call(3)
@@ -272,7 +300,7 @@ def _object_attr(effect):
     return None if value is DELETED else value
 
 
-def _replay_object_attr(cg, effect, temp):
+def _replay_object_attr(cg, effect, temp, target):
     """Write the final state of one attribute of a pre-existing object: a slot through its
     member descriptor (``object.__setattr__`` / ``__delattr__``), an instance-dict entry into
     the dict itself (a data descriptor of that name may exist, which the trace did not run:
@@ -283,7 +311,7 @@ def _replay_object_attr(cg, effect, temp):
         return
     if slot:
         cg.load_function(object.__setattr__ if temp is not None else object.__delattr__)
-        obj.source.reconstruct(cg)
+        cg.load_local(target)
         cg.load_const(name)
         if temp is not None:
             cg.load_local(temp)
@@ -292,7 +320,7 @@ def _replay_object_attr(cg, effect, temp):
         return
     if temp is not None:
         cg.load_local(temp)
-    load_instance_dict(cg, lambda: obj.source.reconstruct(cg))
+    load_instance_dict(cg, lambda: cg.load_local(target))
     cg.load_const(name)
     cg.append(bu.create_store_subscr() if temp is not None else bu.create_instruction("DELETE_SUBSCR"))
 
