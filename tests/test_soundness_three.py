@@ -9,7 +9,7 @@
 - torch's own code: frames of torch's package, of code its compilers generate, and of the
   import system are never compiled as entries.
 """
-import functools
+import dataclasses
 
 import pytest
 import torch
@@ -83,3 +83,201 @@ def test_transformers_decode_step_with_an_eager_cache():
         ref = m(nxt, past_key_values=pkv, **step).logits
         got = pydynamo.optimize("eager")(m)(nxt, past_key_values=pkv2, **step).logits
     torch.testing.assert_close(got, ref)
+
+
+# ---- torch's own code ------------------------------------------------------------------------
+
+class _Entries:
+    """Records the code of every entry compiled (convert_frame's observers)."""
+
+    def __init__(self):
+        self.codes = []
+
+    def on_entry(self, code, guards, seconds):
+        self.codes.append(code)
+
+    def on_break(self, exc):
+        pass
+
+    def __enter__(self):
+        convert_frame.observers.append(self)
+        return self
+
+    def __exit__(self, *exc):
+        convert_frame.observers.remove(self)
+
+    def foreign(self):
+        return [f"{c.co_filename}:{c.co_firstlineno} {c.co_qualname}" for c in self.codes if c.co_filename != __file__]
+
+
+def _cond(y):
+    return torch.cond(y.sum() > 0, lambda a: a + 1, lambda a: a - 1, (y,))
+
+
+def _map(y):
+    from functorch.experimental import control_flow
+    return control_flow.map(lambda a: a * 2, y)
+
+
+def _while(y):
+    from torch._higher_order_ops.while_loop import while_loop
+    return while_loop(lambda i, a: i < 3, lambda i, a: (i + 1, a * 2), (torch.tensor(0), y))[1]
+
+
+def _flex(y):
+    from torch.nn.attention.flex_attention import flex_attention
+    q = y.reshape(1, 1, *y.shape)
+    return flex_attention(q, q, q, score_mod=lambda s, b, h, qi, ki: s + (qi - ki))
+
+
+@pytest.mark.parametrize("api", [_cond, _map, _while, _flex], ids=lambda f: f.__name__[1:])
+def test_eager_torch_compiler_apis_compile_no_frame_of_torch(api):
+    """torch.cond & co. called eagerly from compiled code run torch's own compiler: none of its
+    frames (torch's, dataclass __init__s it generates, import hooks, sympy) become entries."""
+    import warnings
+
+    def f(x):
+        y = x.sin()
+        pydynamo.graph_break()
+        return api(y)
+
+    x = torch.randn(4, 8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = f(x)
+        with _Entries() as seen:
+            got = pydynamo.optimize("eager")(f)(x)
+    torch.testing.assert_close(got, expected)
+    assert seen.codes and not seen.foreign(), seen.foreign()
+
+
+@dataclasses.dataclass(frozen=True)
+class _Point:
+    a: int
+    b: int
+
+
+def test_dataclass_methods_of_torch_are_not_entries_but_the_users_are():
+    """Generated code belongs to the module whose globals it runs in."""
+    if not torch.distributed.is_available():
+        pytest.skip("torch.distributed is not built")
+    from torch.distributed.tensor._dtensor_spec import DTensorSpec
+    init = DTensorSpec.__init__
+    assert init.__code__.co_filename == "<string>"
+    assert convert_frame.skip_reason(init.__code__, init.__globals__, None) is not None
+    mine = _Point.__init__
+    assert mine.__code__.co_filename == "<string>"
+    assert convert_frame.skip_reason(mine.__code__, mine.__globals__, None) is None
+
+    def f(x):
+        y = x + 1
+        pydynamo.graph_break()
+        return y + _Point(1, 2).b + hash(_Point(3, 4)) % 5
+
+    x = torch.ones(2)
+    with _Entries() as seen:
+        torch.testing.assert_close(pydynamo.optimize("eager")(f)(x), f(x))
+    assert not seen.foreign(), seen.foreign()
+
+
+def test_hash_of_an_object_with_a_python_hash():
+    """hash(obj) is what __hash__ returned where it fits a Py_ssize_t (CPython's slot_tp_hash),
+    not hash() of that int (reduced modulo 2**61 - 1): a frozen dataclass's hash was wrong."""
+    class Big:
+        def __hash__(self):
+            return -3550055125485641917
+
+    class Minus:
+        def __hash__(self):
+            return -1
+
+    class Huge:
+        def __hash__(self):
+            return 2 ** 70
+
+    def f(x):
+        return x + 1, hash(_Point(1, 2)), hash(Big()), hash(Minus()), hash(Huge())
+
+    x = torch.ones(2)
+    assert pydynamo.optimize("eager")(f)(x)[1:] == f(x)[1:]
+
+
+def test_import_hooks_are_not_entries():
+    import importlib.abc
+    import sys
+
+    class Finder(importlib.abc.MetaPathFinder):
+        calls = 0
+
+        def find_spec(self, name, path=None, target=None):
+            Finder.calls += 1
+            return None
+
+    def f(x):
+        y = x + 1
+        pydynamo.graph_break()
+        import json.tool  # noqa: F401  (imported here: the finder runs)
+        return y
+
+    sys.modules.pop("json.tool", None)
+    finder = Finder()
+    sys.meta_path.insert(0, finder)
+    try:
+        with _Entries() as seen:
+            pydynamo.optimize("eager")(f)(torch.ones(2))
+    finally:
+        sys.meta_path.remove(finder)
+    assert Finder.calls and not [c for c in seen.codes if c.co_name == "find_spec"]
+
+
+def test_user_forward_called_by_torch_is_still_an_entry():
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return x * 2
+
+    counter = CompileCounter()
+    m = M()
+
+    def f(x):
+        y = x + 1
+        pydynamo.graph_break()
+        return m(y)  # Module.__call__ (torch) calls M.forward (the user's)
+
+    with _Entries() as seen:
+        pydynamo.optimize(counter)(f)(torch.ones(2))
+    assert any(c is M.forward.__code__ or c.co_name.startswith("resume") for c in seen.codes)
+    assert not seen.foreign()
+
+
+_DTENSOR_SCRIPT = r"""
+import torch, torch.distributed as dist, pydynamo
+from pydynamo import convert_frame
+seen = []
+class Obs:
+    def on_entry(self, code, guards, seconds): seen.append(code)
+    def on_break(self, exc): pass
+convert_frame.observers.append(Obs())
+dist.init_process_group("gloo", rank=0, world_size=1, store=dist.HashStore())
+from torch.distributed.tensor import DeviceMesh, Shard, distribute_tensor
+d = distribute_tensor(torch.randn(4, 4), DeviceMesh("cpu", [0]), [Shard(0)])
+def f(d):
+    y = d * 2
+    return (y @ y).sum()
+out = pydynamo.optimize("eager")(f)(d)
+assert torch.allclose(out.full_tensor(), f(d).full_tensor())
+foreign = [f"{c.co_filename}:{c.co_qualname}" for c in seen if c.co_filename != "<stdin>"]
+assert not foreign, foreign
+dist.destroy_process_group()
+print("OK")
+"""
+
+
+def test_dtensor_dispatch_run_eagerly_compiles_no_frame_of_torch():
+    """A DTensor's __torch_dispatch__ (and the dataclasses and namedtuples it builds) running
+    eagerly under a compiled frame: nothing of it becomes an entry."""
+    import subprocess
+    import sys
+    if not torch.distributed.is_available():
+        pytest.skip("torch.distributed is not built")
+    r = subprocess.run([sys.executable, "-"], input=_DTENSOR_SCRIPT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "OK" in r.stdout, r.stdout + r.stderr

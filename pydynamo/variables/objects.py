@@ -13,13 +13,14 @@ at a graph break): the generated code then builds it from its state, never calli
 again (``base.__new__(cls)``, the base contents, ``object.__setattr__`` per attribute).
 """
 import collections
+import sys
 import types
 
 from ..exc import UnmodelledCallError, Unsupported
 from ..source import AttrSource, GenericAttrSource, GetItemSource, type_lookup as raw_type_lookup
 from .base import VariableTracker
 from .constant import ConstantVariable
-from .descriptors import (DELETED, MISSING, _generic, attribute_error, bind, call_transparent,
+from .descriptors import (DELETED, MISSING, _generic, bind, call_transparent,
                           class_var, delattr_protocol, generic_delattr, generic_getattr,
                           generic_setattr, getattr_protocol, is_attribute_error, missing,
                           setattr_protocol, special_method, type_lookup)
@@ -258,7 +259,7 @@ class UserDefinedObjectVariable(VariableTracker):
         result = call_transparent(tx, special_method(tx, self, "__hash__"), [], {})
         if not (isinstance(result, ConstantVariable) and type(result.value) is int):
             raise Unsupported(f"TypeError: __hash__ method should return an integer, not {result}")
-        return fold(hash, [result])
+        return ConstantVariable(hash_of_hash_result(result.value))
 
     def unpack_var_sequence(self, tx):
         it = self.make_iterator(tx)
@@ -706,13 +707,12 @@ class InstanceDictVariable(VariableTracker):
         return keys
 
     def var_getattr(self, tx, name):
-        from .base import GetAttrVariable
-        if not hasattr(dict, name):
-            raise attribute_error(f"'dict' object has no attribute {name!r}")
-        return GetAttrVariable(self, name)
+        from .descriptors import modelled_getattr
+        return modelled_getattr(tx, self, name)
 
     def has_attr(self, tx, name):
-        return hasattr(dict, name)
+        from .descriptors import modelled_has_attr
+        return modelled_has_attr(tx, dict, name)
 
     def _key(self, key):
         k = key.as_python_constant()
@@ -889,3 +889,13 @@ class MappingProxyVariable(VariableTracker):
         codegen.load_function(types.MappingProxyType)
         codegen(self.mapping)
         codegen.append_call(1)
+
+
+def hash_of_hash_result(value):
+    """What ``hash(obj)`` gives when ``type(obj).__hash__`` returned the int ``value``
+    (CPython's slot_tp_hash): the value itself where it fits a Py_ssize_t, else the int's own
+    hash; -1 (the C error value) becomes -2. Not ``hash(value)``, which reduces every int
+    modulo 2**61 - 1."""
+    if -sys.maxsize - 1 <= value <= sys.maxsize:
+        return -2 if value == -1 else value
+    return hash(value)
