@@ -22,8 +22,9 @@ static void free_extra(void *p)
     else all_states = st->next;
     if (st->next) st->next->prev = st->prev;
     pyd_live_extra_states--;
-    PyObject *entries = st->entries;
+    PyObject *entries = st->entries, *skip_keys = st->skip_keys;
     PyMem_RawFree(st);
+    Py_XDECREF(skip_keys);
     Py_XDECREF(entries); /* last: finalizers may run and touch other states */
 }
 
@@ -105,10 +106,10 @@ static int check_compatible(PyCodeObject *orig, PyCodeObject *code)
 
 static int CacheEntry_init(CacheEntryObject *self, PyObject *args, PyObject *kw)
 {
-    static char *names[] = {"guards", "code", "orig_code", NULL};
-    PyObject *guards, *code, *orig;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO!O!:CacheEntry", names, &guards, &PyCode_Type, &code,
-                                     &PyCode_Type, &orig))
+    static char *names[] = {"guards", "code", "orig_code", "key", NULL};
+    PyObject *guards, *code, *orig, *key = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO!O!|O:CacheEntry", names, &guards, &PyCode_Type, &code,
+                                     &PyCode_Type, &orig, &key))
         return -1;
     if (!PyCallable_Check(guards) && !PyObject_TypeCheck(guards, &PydGuardSet_Type)) {
         PyErr_SetString(PyExc_TypeError, "CacheEntry: guards must be a GuardSet or a callable");
@@ -131,6 +132,7 @@ static int CacheEntry_init(CacheEntryObject *self, PyObject *args, PyObject *kw)
     st->skip = st->entry_code = 1;
     Py_XSETREF(self->guards, Py_NewRef(guards));
     Py_XSETREF(self->code, Py_NewRef(code));
+    Py_XSETREF(self->key, key == Py_None ? NULL : Py_NewRef(key));
     self->orig_code = orig;
     return 0;
 }
@@ -139,6 +141,7 @@ static void CacheEntry_dealloc(CacheEntryObject *self)
 {
     Py_XDECREF(self->guards);
     Py_XDECREF(self->code);
+    Py_XDECREF(self->key);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -151,6 +154,7 @@ static PyMemberDef CacheEntry_members[] = {
     {"guards", T_OBJECT, offsetof(CacheEntryObject, guards), READONLY, "GuardSet or callable"},
     {"code", T_OBJECT, offsetof(CacheEntryObject, code), READONLY, "the code run on a hit"},
     {"hits", T_PYSSIZET, offsetof(CacheEntryObject, hits), READONLY, "how many calls this entry served"},
+    {"key", T_OBJECT, offsetof(CacheEntryObject, key), READONLY, "the cache_key of the setting that compiled it, or None"},
     {NULL},
 };
 
@@ -159,7 +163,8 @@ PyTypeObject PydCacheEntry_Type = {
     .tp_name = "pydynamo._C.CacheEntry",
     .tp_basicsize = sizeof(CacheEntryObject),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "CacheEntry(guards, code, orig_code): run `code` in place of `orig_code` when `guards` hold.",
+    .tp_doc = "CacheEntry(guards, code, orig_code, key=None): run `code` in place of `orig_code` when `guards` hold "
+              "and this thread's setting has the same cache_key (or is run-only).",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)CacheEntry_init,
     .tp_dealloc = (destructor)CacheEntry_dealloc,
@@ -199,7 +204,7 @@ static PyObject *is_skipped(PyObject *m, PyObject *o)
     PyCodeObject *code = code_arg(o);
     if (code == NULL) return NULL;
     ExtraState *st = pyd_extra_get(code);
-    return PyBool_FromLong(st && st->skip);
+    return PyBool_FromLong(st && (st->skip || (st->skip_keys && PyList_GET_SIZE(st->skip_keys))));
 }
 
 static PyObject *reset_code(PyObject *m, PyObject *o)
@@ -211,6 +216,7 @@ static PyObject *reset_code(PyObject *m, PyObject *o)
         PyObject *entries = st->entries;
         st->entries = NULL;
         st->skip = st->entry_code;
+        Py_CLEAR(st->skip_keys);
         Py_XDECREF(entries);
     }
     Py_RETURN_NONE;
@@ -230,6 +236,7 @@ static PyObject *reset(PyObject *m, PyObject *unused)
         }
         Py_CLEAR(st->entries); /* the list in `dropped` holds it now: no finalizer runs here */
         st->skip = st->entry_code;
+        Py_CLEAR(st->skip_keys); /* (keys hold nothing: no finalizer runs) */
     }
     Py_DECREF(dropped);
     Py_RETURN_NONE;

@@ -11,6 +11,8 @@ typedef struct {
     PyObject *code;    /* runs in place of the original code; same arguments and free variables */
     const void *orig_code; /* identity only (never dereferenced): the code this entry belongs to */
     Py_ssize_t hits;       /* calls it served: per-code counters for pydynamo.debug, free to keep */
+    PyObject *key;         /* who compiled it (the setting's cache_key: backend and options), or NULL;
+                              it serves only a setting with the same key (or a run-only one) */
 } CacheEntryObject;
 
 extern PyTypeObject PydCacheEntry_Type;
@@ -18,6 +20,7 @@ extern PyTypeObject PydCacheEntry_Type;
 typedef struct ExtraState {
     PyObject *entries; /* list of CacheEntry, newest first; NULL when empty */
     int skip;          /* never intercept this code */
+    PyObject *skip_keys; /* list of the keys (settings' cache_key) for which it is never intercepted, or NULL */
     int entry_code;    /* this is the code of a cache entry: always skipped */
     struct ExtraState *prev, *next; /* all live states, for reset() */
 } ExtraState;

@@ -13,6 +13,10 @@ typedef struct {
     PyObject *setting; /* NULL (off), Py_False (run-only) or a callable (strong reference) */
     int busy;          /* > 0 while a callback or guards run: frames started then run normally */
     int probe_seen;    /* set when the hook sees the probe function's frame */
+    PyObject *key;     /* the setting's cache_key (borrowed from key_cached), or NULL: entries compiled
+                          under another key are not this setting's to serve (another backend or options) */
+    PyObject *key_of, *key_cached; /* a weak reference to the last setting whose key was read, and
+                                      that key (strong): the setting itself is not kept alive */
 } ThreadState;
 
 static _Thread_local ThreadState tls;
@@ -25,6 +29,7 @@ static Py_ssize_t active_threads = 0;          /* threads whose setting is not N
 static PyCodeObject *probe_code = NULL;        /* see still_in_chain() */
 static PyObject *probe_fn = NULL;
 static PyObject *skip_marker = NULL;           /* _C.SKIP */
+static PyObject *key_attr = NULL;              /* "cache_key" */
 static PyObject *error_handler = NULL;
 static Py_ssize_t n_reinstalls = 0, n_hits = 0, n_misses = 0, n_callbacks = 0;
 
@@ -237,7 +242,22 @@ static int entry_matches(CacheEntryObject *e, _PyInterpreterFrame *f)
     return ok;
 }
 
-/* New reference to the first entry whose guards hold, or NULL. */
+/* Whether this thread's setting may be served by the entry: it was compiled under the same
+ * cache_key (backend and the options that change what is compiled), or the setting is run-only. */
+static inline int key_matches(CacheEntryObject *e)
+{
+    return e->key == tls.key || tls.setting == Py_False;
+}
+
+static int key_skipped(ExtraState *st)
+{
+    if (st->skip_keys == NULL || tls.key == NULL) return 0;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(st->skip_keys); i++)
+        if (PyList_GET_ITEM(st->skip_keys, i) == tls.key) return 1;
+    return 0;
+}
+
+/* New reference to the first entry (of this setting's key) whose guards hold, or NULL. */
 static CacheEntryObject *lookup(ExtraState *st, _PyInterpreterFrame *f)
 {
     PyObject *entries = st->entries;
@@ -245,7 +265,9 @@ static CacheEntryObject *lookup(ExtraState *st, _PyInterpreterFrame *f)
     Py_INCREF(entries); /* guards may run Python code, which may reset or extend the cache */
     CacheEntryObject *found = NULL;
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(entries); i++) {
-        CacheEntryObject *e = (CacheEntryObject *)Py_NewRef(PyList_GET_ITEM(entries, i));
+        CacheEntryObject *e = (CacheEntryObject *)PyList_GET_ITEM(entries, i);
+        if (!key_matches(e)) continue;
+        Py_INCREF(e);
         if (entry_matches(e, f)) { found = e; break; }
         Py_DECREF(e);
     }
@@ -348,7 +370,9 @@ static CacheEntryObject *ask_callback(PyObject *callback, _PyInterpreterFrame *f
 {
     PyCodeObject *co = PYD_FRAME_CODE(f);
     if (drop_dead_entries(st) < 0) goto error;
-    Py_ssize_t size = (st && st->entries) ? PyList_GET_SIZE(st->entries) : 0;
+    Py_ssize_t size = 0; /* the entries of this setting's key */
+    for (Py_ssize_t i = 0; st && st->entries && i < PyList_GET_SIZE(st->entries); i++)
+        size += key_matches((CacheEntryObject *)PyList_GET_ITEM(st->entries, i));
     FrameObject *fo = PyObject_New(FrameObject, &PydFrame_Type);
     if (fo == NULL) goto error;
     fo->frame = f;
@@ -367,7 +391,9 @@ static CacheEntryObject *ask_callback(PyObject *callback, _PyInterpreterFrame *f
         Py_DECREF(r);
         ExtraState *s = pyd_extra_get_or_create(co);
         if (s == NULL) goto error;
-        s->skip = 1;
+        if (tls.key == NULL) { s->skip = 1; return NULL; } /* SKIP under a key is that key's */
+        if (s->skip_keys == NULL && (s->skip_keys = PyList_New(0)) == NULL) goto error;
+        if (PyList_Append(s->skip_keys, tls.key) < 0) goto error;
         return NULL;
     }
     if (!PyObject_TypeCheck(r, &PydCacheEntry_Type) || ((CacheEntryObject *)r)->orig_code != (void *)co) {
@@ -406,7 +432,7 @@ static PyObject *pyd_eval_frame(PyThreadState *tstate, _PyInterpreterFrame *fram
         !(co->co_flags & CO_OPTIMIZED))
         return run_normally(tstate, frame, throwflag);
     ExtraState *st = pyd_extra_get(co);
-    if (st && st->skip) return run_normally(tstate, frame, throwflag);
+    if (st && (st->skip || key_skipped(st))) return run_normally(tstate, frame, throwflag);
 
     CacheEntryObject *e = st ? lookup(st, frame) : NULL;
     if (e == NULL) {
@@ -491,6 +517,33 @@ static PyTypeObject PydNoHookCall_Type = {
 
 /* ---------------------------------------------------------------- module functions */
 
+/* tls.key for a new setting: its cache_key attribute (None or missing: no key). The last
+ * setting's key is remembered with a weak reference to the setting (a live target cannot share
+ * its address with another object), so the wrapper of a compiled function, which switches
+ * between the same two settings at every call, reads no attribute. */
+static int set_key(PyObject *setting)
+{
+    if (setting == Py_None || setting == Py_False) { tls.key = NULL; return 0; }
+    if (tls.key_of == NULL || pyd_weakref_target(tls.key_of) != setting) {
+        PyObject *k = PyObject_GetAttr(setting, key_attr);
+        if (k == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return -1;
+            PyErr_Clear();
+        } else if (k == Py_None) {
+            Py_CLEAR(k);
+        }
+        PyObject *ref = PyWeakref_NewRef(setting, NULL); /* NULL if it cannot be weakly referenced */
+        if (ref == NULL) PyErr_Clear();
+        PyObject *old_of = tls.key_of, *old_key = tls.key_cached;
+        tls.key_of = ref;
+        tls.key_cached = k;
+        Py_XDECREF(old_of);
+        Py_XDECREF(old_key);
+    }
+    tls.key = tls.key_cached;
+    return 0;
+}
+
 static PyObject *set_eval_frame(PyObject *m, PyObject *setting)
 {
     if (setting != Py_None && setting != Py_False && !PyCallable_Check(setting)) {
@@ -498,6 +551,7 @@ static PyObject *set_eval_frame(PyObject *m, PyObject *setting)
                      Py_TYPE(setting)->tp_name);
         return NULL;
     }
+    if (set_key(setting) < 0) return NULL;
     PyObject *old = tls.setting ? tls.setting : Py_NewRef(Py_None); /* ownership moves to the caller */
     PyObject *new = setting == Py_None ? NULL : Py_NewRef(setting);
     active_threads += (new != NULL) - (old != Py_None);
@@ -567,6 +621,7 @@ PyMODINIT_FUNC PyInit__C(void)
         pyd_guards_init(m) < 0 || pyd_cache_init(m) < 0 || add_functions(m, eval_frame_methods) < 0 ||
         add_functions(m, pyd_cache_methods) < 0)
         goto fail;
+    if ((key_attr = PyUnicode_InternFromString("cache_key")) == NULL) goto fail;
     skip_marker = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
     if (skip_marker == NULL || PyModule_AddObjectRef(m, "SKIP", skip_marker) < 0) goto fail;
     /* The probe: a function with an empty body, compiled here so its code is ours alone. */

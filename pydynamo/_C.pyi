@@ -14,7 +14,13 @@ previous one:
 
   - a ``CacheEntry``: added to the code's cache (newest first) and run now for this frame;
   - ``None``: run the original code this time (ask again next call);
-  - ``SKIP``: never intercept this code again (until ``reset``); run the original now.
+  - ``SKIP``: never intercept this code again (until ``reset``) for this setting's key (see
+    below; for every setting where it has none); run the original now.
+
+  A callable's ``cache_key`` attribute (read when the setting is set; None or missing: no key)
+  says who compiles: entries made under a key serve only settings with the same key object (and
+  run-only settings, which are served by any), and ``cache_size`` counts the entries of the key.
+  pydynamo's ConvertFrame keys by backend, fullgraph and dynamic (``convert_frame.CacheKey``).
 
   An exception raised by the callback is passed to the error handler (``set_error_handler``,
   pydynamo logs it) and the frame runs eagerly; if the handler returns True, the exception is
@@ -122,7 +128,8 @@ class CacheEntry:
     guards: Any  # GuardSet, or a callable taking the dict of the frame's arguments
     code: CodeType
     hits: int  # calls this entry served (pydynamo.debug's per-code counters)
-    def __init__(self, guards: Any, code: CodeType, orig_code: CodeType) -> None: ...
+    key: Any  # the cache_key of the setting that compiled it (it serves only that key), or None
+    def __init__(self, guards: Any, code: CodeType, orig_code: CodeType, key: Any = None) -> None: ...
 
 class NoHookCall:
     """NoHookCall(fn): calling it calls fn with this thread's hook off (compiled graphs are

@@ -264,9 +264,67 @@ def in_native_checkpoint():
     return hooks is not None and getattr(hooks[0], "__qualname__", "").startswith("_checkpoint_hook.")
 
 
+class CacheKey:
+    """Who compiled an entry: a backend with the options that change what is compiled. The C
+    hook serves an entry only to a setting whose ``cache_key`` is the same object (or to a
+    run-only one), as torch.compile keys its entries by backend: ``optimize(a)(fn)`` then
+    ``optimize(b)(fn)`` compiles again for b, and ``fullgraph=True`` never runs code compiled
+    with graph breaks. A key holds nothing (entries live in code objects, which the garbage
+    collector does not see: nothing there may lead back to user objects)."""
+    __slots__ = ("text", "__weakref__")
+
+    def __init__(self, text):
+        self.text = text
+
+    def __repr__(self):
+        return f"CacheKey({self.text})"
+
+
+# backend -> {(its partial's arguments, fullgraph, dynamic): CacheKey}. A backend that dies takes
+# its keys with it: a new backend at its address gets new ones, and entries of the old never hit.
+_keys = weakref.WeakKeyDictionary()
+_strong_keys = {}  # the same for backends that cannot be weakly referenced: id -> (backend, table)
+
+
+def _frozen(value):
+    """A hashable stand-in for a backend's option value (dicts of options as sorted items)."""
+    if isinstance(value, dict):
+        return ("dict", tuple(sorted((k, _frozen(v)) for k, v in value.items())))
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__, tuple(_frozen(v) for v in value))
+    hash(value)
+    return value
+
+
+def cache_key(backend, fullgraph, dynamic):
+    """The CacheKey of (backend, fullgraph, dynamic). ``functools.partial`` backends (what
+    ``compile(mode=..., options=...)`` makes) are keyed by their function and frozen arguments,
+    so two compiles with the same mode share entries; anything else by the backend object (its
+    own ``__eq__`` and ``__hash__``)."""
+    root, args = backend, ()
+    if type(backend) is functools.partial:
+        try:
+            args = _frozen((backend.args, backend.keywords))
+            root = backend.func
+        except TypeError:  # an unhashable option: the partial itself
+            args = ()
+    options = (args, bool(fullgraph), dynamic)
+    try:
+        table = _keys.setdefault(root, {})
+    except TypeError:  # not weakly referenceable, or unhashable
+        table = _strong_keys.setdefault(id(root), (root, {}))[1]
+    key = table.get(options)
+    if key is None:
+        name = getattr(root, "__qualname__", None) or type(root).__name__
+        key = table[options] = CacheKey(f"{name}, fullgraph={bool(fullgraph)}, dynamic={dynamic}"
+                                        + (f", {args}" if args else ""))
+    return key
+
+
 class ConvertFrame:
     def __init__(self, backend, fullgraph=False, dynamic=None):
         from .backends.distributed import ddp_aware
+        self.cache_key = cache_key(backend, fullgraph, dynamic)  # read by the C hook (set_eval_frame)
         self.backend = debug.observe_backend(run_without_hook(ddp_aware(backend)))
         self.fullgraph, self.dynamic = fullgraph, dynamic
 
@@ -369,12 +427,14 @@ class ConvertFrame:
         compile_times.append((code.co_qualname, time.perf_counter() - t0))
         for obs in observers:
             obs.on_entry(code, guards, compile_times[-1][1])
-        return _C.CacheEntry(guards, new_code, code)
+        return _C.CacheEntry(guards, new_code, code, self.cache_key)
 
-    @staticmethod
-    def _failures(frame, code):
+    def _failures(self, frame, code):
         entries = _C.get_cache_entries(code)
-        return "; ".join(filter(None, (frame.check_guards(e.guards) for e in entries))) or "no entry matched"
+        mine = [e for e in entries if e.key is self.cache_key]
+        if entries and not mine:
+            return "the entries were compiled with another backend or other options"
+        return "; ".join(filter(None, (frame.check_guards(e.guards) for e in mine))) or "no entry matched"
 
     def _cache_limit_reached(self, frame, code):
         if code in _warned_limit:

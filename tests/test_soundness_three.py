@@ -10,6 +10,7 @@
   import system are never compiled as entries.
 """
 import dataclasses
+import functools
 
 import pytest
 import torch
@@ -281,3 +282,96 @@ def test_dtensor_dispatch_run_eagerly_compiles_no_frame_of_torch():
         pytest.skip("torch.distributed is not built")
     r = subprocess.run([sys.executable, "-"], input=_DTENSOR_SCRIPT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and "OK" in r.stdout, r.stdout + r.stderr
+
+
+# ---- who asked -------------------------------------------------------------------------------
+
+def _recording(name, log):
+    def backend(gm, example_inputs):
+        log.append(name)
+        return gm.forward
+    return backend
+
+
+def test_two_backends_on_one_function_each_compile():
+    log = []
+
+    def g(x):
+        return x * 2
+
+    a, b = pydynamo.optimize(_recording("a", log))(g), pydynamo.optimize(_recording("b", log))(g)
+    x = torch.ones(2)
+    a(x), b(x), a(x), b(x)
+    assert log == ["a", "b"]
+
+
+def test_two_instances_of_a_module_class_with_two_backends():
+    log = []
+
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return x + 1
+
+    ma = pydynamo.optimize(_recording("a", log))(M())
+    mb = pydynamo.optimize(_recording("b", log))(M())
+    x = torch.ones(2)
+    ma(x), mb(x), ma(x), mb(x)
+    assert log == ["a", "b"]
+
+
+def _with_a_break(x):
+    x = x + 1
+    pydynamo.graph_break()
+    return x
+
+
+def _unsupported_everywhere(x):
+    try:  # a break inside a user's try/except: the whole frame runs eagerly (non-strict)
+        y = x + 1
+        pydynamo.graph_break()
+    except ValueError:
+        y = x
+    return y
+
+
+@pytest.mark.parametrize("fn", [_with_a_break, _unsupported_everywhere], ids=["break", "eager_frame"])
+def test_fullgraph_after_a_non_strict_compile_raises(fn):
+    x = torch.ones(2)
+    pydynamo.optimize("eager")(fn)(x)
+    with pytest.raises(pydynamo.exc.Unsupported):
+        pydynamo.optimize("eager", fullgraph=True)(fn)(x)
+    torch.testing.assert_close(pydynamo.optimize("eager")(fn)(x), fn(x))  # the non-strict entries still serve
+
+
+def test_same_backend_and_options_share_entries():
+    counter = CompileCounter()
+
+    def g(x):
+        return x - 1
+
+    x = torch.ones(2)
+    pydynamo.optimize(counter)(g)(x)
+    pydynamo.optimize(counter)(g)(x)
+    with pydynamo.optimize(counter):
+        g(x)
+    assert counter.frame_count == 1
+    pydynamo.optimize(counter, dynamic=True)(g)(x)  # another option: compiled again
+    assert counter.frame_count == 2
+    # compile(mode=...) builds a new partial each time: equal modes share a key
+    k1 = convert_frame.cache_key(functools.partial(counter, mode="x"), False, None)
+    k2 = convert_frame.cache_key(functools.partial(counter, mode="x"), False, None)
+    k3 = convert_frame.cache_key(functools.partial(counter, mode="y"), False, None)
+    assert k1 is k2 and k1 is not k3
+
+
+def test_run_only_serves_any_backends_entries():
+    log = []
+
+    def g(x):
+        return x * 3
+
+    x = torch.ones(2)
+    pydynamo.optimize(_recording("a", log))(g)(x)
+    before = pydynamo._C.get_cache_entries(g.__code__)[0].hits
+    pydynamo.run(g)(x)
+    assert pydynamo._C.get_cache_entries(g.__code__)[0].hits == before + 1 and log == ["a"]
