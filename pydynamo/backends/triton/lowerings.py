@@ -82,6 +82,8 @@ def promoted(args):
         out = torch.promote_types(out, d)
     if not out.is_floating_point and any(isinstance(a, float) for a in args):
         out = torch.float32
+    elif out == torch.bool and any(isinstance(a, int) and not isinstance(a, bool) for a in args):
+        out = torch.int64  # torch's ``mask == 2`` is False; in bool, 2 is written 1 (ops.literal)
     return ops.compute_dtype(out)
 
 
@@ -171,6 +173,8 @@ def pow_tensor_scalar(g, node, a, e):
 def pow_scalar(g, node, base, a):
     if not isinstance(base, (int, float)) or base <= 0:
         raise Unlowerable("pow base")
+    if not meta(node).dtype.is_floating_point:  # exp2 rounds: int64 3 ** 4 + 1 came out 81
+        raise Unlowerable("integer pow")
     return pointwise(node, [a], lambda x: f"tl.exp2({ops.literal(math.log2(base))} * {x})")
 
 

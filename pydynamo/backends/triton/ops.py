@@ -44,10 +44,18 @@ def cast(value, src, dst):
 
 
 def literal(v, dtype=None):
-    """A Python scalar as Triton source text."""
+    """A Python scalar as Triton source text; given ``dtype``, text of that kind, whatever
+    Python type ``v`` has. Triton types a literal by its text, and a float literal beside an
+    integer tensor makes the expression float32: a ``-100.0`` padding int64 labels
+    (``F.pad(labels, (0, 1), value=-100)``: the schema's Scalar is a float) turned the padded
+    labels into float32, which the kernel then used as an index (pointer plus float: a Triton
+    type error), and would round any integer above 2**24. An integer dtype takes the value
+    truncated, as torch converts a Scalar to it."""
     if isinstance(v, bool) or dtype == torch.bool:
         return "1" if v else "0"
-    if isinstance(v, float) or (dtype is not None and dtype.is_floating_point):
+    if dtype is not None and not dtype.is_floating_point:
+        return str(int(v))
+    if isinstance(v, float) or dtype is not None:
         v = float(v)
         if math.isnan(v):
             return 'float("nan")'
