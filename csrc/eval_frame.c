@@ -379,9 +379,19 @@ static CacheEntryObject *ask_callback(PyObject *callback, _PyInterpreterFrame *f
     fo->locals = NULL;
     Py_INCREF(callback);
     n_callbacks++;
+    /* Another eval function installed above ours that chains to us (torch._dynamo, inside a
+     * torch.compile'd call made by eager code of a compiled frame) would see the callback's own
+     * frames first, and compile pydynamo's compiler. For the callback we put ours on top: its
+     * frames reach this hook, busy, and run normally. (Frames of other threads meanwhile skip
+     * the function above us too, and run uncompiled by it.) */
+    PyInterpreterState *interp = PyInterpreterState_Get();
+    _PyFrameEvalFunction above = _PyInterpreterState_GetEvalFrameFunc(interp);
+    if (above != pyd_eval_frame) _PyInterpreterState_SetEvalFrameFunc(interp, pyd_eval_frame);
     tls.busy++;
     PyObject *r = PyObject_CallFunction(callback, "On", (PyObject *)fo, size);
     tls.busy--;
+    if (above != pyd_eval_frame && _PyInterpreterState_GetEvalFrameFunc(interp) == pyd_eval_frame)
+        _PyInterpreterState_SetEvalFrameFunc(interp, above);
     Py_DECREF(callback);
     fo->frame = NULL;
     Py_DECREF(fo);

@@ -107,6 +107,10 @@ def skip_reason(code, globals=None, caller=None):
         return f"generated code ({filename})"
     if _library_file(filename):
         return "library code (torch, the packages its compilers run on, the standard library or pydynamo)"
+    if any(name.startswith(("__compiled_fn_", "__resume_at_")) for name in code.co_names):
+        # torch._dynamo's compiled code, run through its eval function, which chains to ours:
+        # compiling it would make each capturer compile the other's new code, without end
+        return "code compiled by another graph capturer (torch.compile)"
     if filename == "<string>" and globals is not None:
         owner = globals.get("__name__")
         if isinstance(owner, str) and owner.startswith("namedtuple_"):

@@ -375,3 +375,22 @@ def test_run_only_serves_any_backends_entries():
     before = pydynamo._C.get_cache_entries(g.__code__)[0].hits
     pydynamo.run(g)(x)
     assert pydynamo._C.get_cache_entries(g.__code__)[0].hits == before + 1 and log == ["a"]
+
+
+def test_torch_compile_called_inside_a_compiled_frame():
+    """torch.compile's eval function sits above ours and chains to it: neither capturer compiles
+    the other's code (pydynamo compiled dynamo's compiled lambda, dynamo the result, and so on:
+    a RecursionError), nor pydynamo's own compiler frames."""
+    import torch._dynamo
+    torch._dynamo.reset()
+
+    def f(x):
+        g = torch.compile(lambda a: a * 2, backend="eager")
+        return g(x) + 1
+
+    x = torch.randn(3)
+    with _Entries() as seen:
+        got = pydynamo.optimize("eager")(f)(x)
+    torch._dynamo.reset()
+    torch.testing.assert_close(got, x * 2 + 1)
+    assert not [c for c in seen.codes if any(n.startswith("__compiled_fn_") for n in c.co_names)]
