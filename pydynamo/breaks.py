@@ -229,6 +229,7 @@ ENTRIES = [
           "switch the state outside the compiled region, or with a `with` statement around the "
           "code",
           (r"changes global torch state", r"switches global state", r"reads global state",
+           r"a torch function mode other than", r"which no guard compares",
            r"\(global state, read when", r"which its Python code would change again"),
           example="torch.set_default_dtype changes global torch state"),
     # ---- bytecode and control flow -----------------------------------------------------------

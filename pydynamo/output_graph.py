@@ -131,7 +131,6 @@ class OutputGraph:
     def call_graph(self, tx, kind, target, args, kwargs):
         """Record ``target(*args, **kwargs)`` (``kind``: call_function / call_method)."""
         from .variables.tensor import wrap_fx_value
-        node_args, node_kwargs = _map(args, _node_arg), {k: _node_arg(v) for k, v in kwargs.items()}
         fake_args, fake_kwargs = _map(args, _fake_arg), {k: _fake_arg(v) for k, v in kwargs.items()}
         what = target if isinstance(target, str) else getattr(target, "__name__", repr(target))
         self.shapes.drop_unbound()
@@ -156,11 +155,26 @@ class OutputGraph:
         if any(_version(t) != v for t, v in versions):
             self._check_changed_inputs(what)
         bindings = self.shapes.bind_unbacked(value, what)  # data-dependent outputs (config.capture_*)
+        node_arg = self._node_arg  # after the fake call: a call that fails leaves no torch.Size node
+        node_args, node_kwargs = _map(args, node_arg), {k: node_arg(v) for k, v in kwargs.items()}
         node = self.graph.create_node(kind, target, node_args, node_kwargs)
         node.meta["example_value"] = value
         if bindings:
             node.meta["unbacked_bindings"] = bindings
         return wrap_fx_value(tx, node, value)
+
+    def _node_arg(self, var):
+        return _graph_arg(var, _node_of, self._size_node)
+
+    def _size_node(self, var, items):
+        """A torch.Size argument of a graph op, as a ``torch.Size(items)`` node. FX turns a
+        torch.Size among a node's arguments into a plain tuple, and torch tells them apart:
+        ``x.new(torch.Size([5, 2]))`` is an empty 5x2 tensor, ``x.new((5, 2))`` the tensor
+        ``[5., 2.]`` (legacy constructors, Python code that tests ``isinstance(a, torch.Size)``).
+        The op's fake call got the torch.Size itself (``_fake_arg``)."""
+        node = self.graph.call_function(torch.Size, (items,))
+        node.meta["example_value"] = _fake_arg(var)
+        return node
 
     def note_mutation(self, var):
         self.side_effects.mutate_container(var)
@@ -315,6 +329,8 @@ class OutputGraph:
                 compiled = self.backend(gm, example_inputs)
         except Exception as e:
             raise BackendCompilerFailed(self.backend, e) from e
+        # the flags it compiled by (backends/__init__.py): all, for a backend that does not say
+        self.guards.BACKEND_FLAGS(getattr(self.backend, "reads_global_flags", None))
         name = f"__compiled_fn_{next(_compiled_fn_ids)}"
         install_global(self.f_globals, name, compiled)
         self.compiled_fn_name = name
@@ -381,19 +397,16 @@ def _node_of(t):
     return t.node
 
 
-def _node_arg(var):
-    return _graph_arg(var, _node_of)
-
-
 def _fake_arg(var):
-    return _graph_arg(var, lambda t: t.example_value)
+    return _graph_arg(var, lambda t: t.example_value, lambda _, items: torch.Size(items))
 
 
-def _graph_arg(var, tensor_fn):
-    """A tracker as an argument of a graph op: tensors by ``tensor_fn``, containers recursively."""
+def _graph_arg(var, tensor_fn, size_fn):
+    """A tracker as an argument of a graph op: tensors by ``tensor_fn``, containers recursively,
+    a torch.Size by ``size_fn(var, items)`` (it must stay one: see OutputGraph._size_node)."""
     from .variables.constant import ConstantVariable
     from .variables.dicts import DictVariable
-    from .variables.lists import BaseListVariable, SizeVariable, SliceVariable
+    from .variables.lists import BaseListVariable, SliceVariable, TupleVariable
     from .variables.tensor import TensorVariable
     from .variables.user_defined import UserDefinedClassVariable
     from .variables.sym import SymNodeVariable
@@ -414,14 +427,14 @@ def _graph_arg(var, tensor_fn):
         if type(value).__module__ == "numpy":  # numpy.float32(2.0): no literal in a graph's code
             raise Unsupported(f"the NumPy scalar {value!r} as an argument of a graph op")
         return value
-    if isinstance(var, SizeVariable):
-        return tuple(_graph_arg(i, tensor_fn) for i in var.items)
+    if isinstance(var, TupleVariable) and var.python_type() is torch.Size:
+        return size_fn(var, tuple(_graph_arg(i, tensor_fn, size_fn) for i in var.items))
     if isinstance(var, BaseListVariable):
-        return var.python_cls(_graph_arg(i, tensor_fn) for i in var.items)
+        return var.python_cls(_graph_arg(i, tensor_fn, size_fn) for i in var.items)
     if isinstance(var, SliceVariable):
-        return slice(*(_graph_arg(p, tensor_fn) for p in var.parts))
+        return slice(*(_graph_arg(p, tensor_fn, size_fn) for p in var.parts))
     if isinstance(var, DictVariable):
-        return {k: _graph_arg(v, tensor_fn) for k, v in var.items.items()}
+        return {k: _graph_arg(v, tensor_fn, size_fn) for k, v in var.items.items()}
     if isinstance(var, UserDefinedClassVariable) and is_numpy_scalar_type(var.value):
         return graph_constant(var.value)  # numpy.float32 as a dtype
     if isinstance(var, UserDefinedClassVariable):

@@ -535,6 +535,7 @@ def convert(code, f_globals, f_builtins, f_locals, closure, backend, *, fullgrap
             tx.output.guards.GRAD_MODE()
             tx.output.guards.DEFAULT_DTYPE()
             tx.output.guards.AUTOCAST()
+            tx.output.guards.TORCH_FUNCTION_MODE()
             try:
                 tx.run()
                 break

@@ -20,7 +20,8 @@ def test_harness_self_check():
     with like, the programs and inputs are deterministic, and the soak sees no growth."""
     t = run("--budget", "6", "--seed", "7", "--self-check")
     assert (t["wrong"], t["raised"], t["crashed"], t["threads_wrong"], t["soak_findings"]) == (0, 0, 0, 0, 0)
-    assert t["programs"] >= 10 and t["calls"] >= 50 and t["threads_calls"] > 0  # a loaded CI machine is slow
+    # a loaded CI machine is slow, and a program calling torch.cond eagerly pays for torch.compile
+    assert t["programs"] >= 5 and t["calls"] >= 25 and t["threads_calls"] > 0
 
 
 def test_fuzz_small_budget():

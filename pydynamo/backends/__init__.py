@@ -68,6 +68,13 @@ def eager(gm, example_inputs):
     return gm.forward
 
 
+# Which of torch's flags (guards.flag_readers(): deterministic algorithms, TF32...) a backend
+# compiles in, guarded on each entry it compiled (guards.BACKEND_FLAGS; functools.wraps carries
+# the attribute to convert_frame's wrappers). A backend that does not say: all of them. The
+# eager graph's ops read them when they run, as eager's do: none.
+eager.reads_global_flags = ()
+
+
 @register_backend(name="aot_eager")
 def aot_eager(gm, example_inputs):
     """AOTAutograd with no-op forward and backward compilers: the graphs training runs, traced
@@ -88,6 +95,9 @@ def aot_eager(gm, example_inputs):
                                  keep_inference_input_mutations=True)
 
 
+aot_eager.reads_global_flags = ("deterministic",)  # AOTAutograd's metadata records it
+
+
 @register_backend(name="inductor")
 def inductor(gm, example_inputs, **kwargs):
     """PyTorch's Inductor; ``mode`` and ``options`` come from pydynamo.compile."""
@@ -103,9 +113,15 @@ def triton(gm, example_inputs, *, mode=None):
     return triton_backend(gm, example_inputs, mode=mode)
 
 
+triton.reads_global_flags = ("deterministic",)  # index_put / scatter_add: ATen or atomics
+
+
 @register_backend(name="cudagraphs")
 def cuda_graphs_backend(gm, example_inputs):
     """AOTAutograd's ATen graphs, unfused, replayed as CUDA graphs (torch.compile's backend of
     the same name; pydynamo/backends/cudagraphs.py)."""
     from .cudagraphs import cudagraphs as compile_with_cuda_graphs
     return compile_with_cuda_graphs(gm, example_inputs)
+
+
+cuda_graphs_backend.reads_global_flags = ("deterministic",)  # through AOTAutograd, as aot_eager

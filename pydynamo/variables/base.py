@@ -137,6 +137,8 @@ def guarded_hasattr(tx, obj, source, name):
     found = inspect.getattr_static(obj, name, _ABSENT)
     if found is not _ABSENT and not isinstance(obj, type) and _runs_code(found):
         raise Unsupported(f"hasattr({type(obj).__name__}, {name!r}) runs a descriptor's code")
+    if found is _ABSENT and python_getattr_hook(obj):
+        raise Unsupported(f"hasattr({type(obj).__name__}, {name!r}) runs a __getattr__")
     try:
         value, present = getattr(obj, name), True
     except AttributeError:
@@ -152,6 +154,19 @@ def guarded_hasattr(tx, obj, source, name):
 
 
 _ABSENT = object()
+
+
+def python_getattr_hook(obj):
+    """Whether a name found nowhere on ``obj`` is then asked of Python code: a ``__getattr__``
+    of its class (or metaclass), or a module's own ``__getattr__`` (PEP 562; torch's imports
+    its lazy submodules). Enum classes' (3.11: a read of ``_member_map_``) runs no other code."""
+    import enum
+    import types
+    from ..source import type_lookup
+    if isinstance(obj, types.ModuleType) and "__getattr__" in vars(obj):
+        return True
+    hook = type_lookup(type(obj), "__getattr__")
+    return hook is not None and hook is not vars(enum.EnumMeta).get("__getattr__")
 
 
 def _runs_code(attr):

@@ -278,8 +278,8 @@ def wrap_constant(value):
     """A tracker for a value computed at trace time (no source, no guards)."""
     if is_constant_value(value):
         return ConstantVariable(value)
-    if type(value) is torch.Size:
-        return SizeVariable([ConstantVariable(int(s)) for s in value])
+    if type(value) is torch.Size:  # items as torch keeps them (torch.Size([numpy.int64(2)]))
+        return SizeVariable([ConstantVariable(s) for s in value])
     if isinstance(value, tuple):
         return TupleVariable([wrap_constant(v) for v in value], tuple_cls=type(value))
     if type(value) is list:

@@ -303,6 +303,9 @@ def _make_binary(fn):
             return set_binary_op(tx, fn, a, b)
         if fn is operator.iadd and isinstance(a, ListVariable):
             return a.call_method(tx, "__iadd__", [b], {})
+        sized = _size_arithmetic(tx, fn, a, b)
+        if sized is not None:
+            return sized
         if _all_constant([a, b]):
             return fold(fn, [a, b], exact=True)
         if fn in (operator.add, operator.iadd) and isinstance(a, BaseListVariable) \
@@ -324,6 +327,25 @@ def _make_binary(fn):
                 return result
         raise Unsupported(f"operator.{fn.__name__} on {a} and {b}")
     return handler
+
+
+def _size_arithmetic(tx, fn, a, b):
+    """``size + tuple``, ``tuple + size`` and ``size * k`` for a torch.Size: a torch.Size of the
+    items (torch.Size's own operators, the reflected one first for a tuple on the left), made as
+    ``torch.Size(items)`` makes it, so symbolic sizes stay symbolic (``x.size()[:-1] + (h, d)``
+    with dynamic shapes), where folding would specialize them. None if it is not that case."""
+    from .torch import make_size
+
+    def is_size(v):
+        return isinstance(v, TupleVariable) and v.python_type() is torch.Size
+    if fn in (operator.add, operator.iadd) and (is_size(a) or is_size(b)) \
+            and isinstance(a, TupleVariable) and isinstance(b, TupleVariable):
+        return make_size(tx, [TupleVariable(a.items + b.items)], {})
+    if fn in (operator.mul, operator.imul) and (is_size(a) or is_size(b)):
+        seq, k = (a, b) if is_size(a) else (b, a)
+        if k.is_python_constant() and type(k.as_python_constant()) in (int, bool):
+            return make_size(tx, [TupleVariable(seq.items * k.as_python_constant())], {})
+    return None
 
 
 def _is_simple_type(v):
@@ -526,9 +548,12 @@ def _type(tx, obj):
     """``type(obj)``: read from the object where it has a source, so the class's attributes the
     trace then reads are guarded (a class attribute can change between calls)."""
     from .builder import wrap_value
+    from .functions import UserMethodVariable
     from ..source import AttrSource
     if getattr(obj, "cls_var", None) is not None:  # a user object: its class, as it was read
         return obj.cls_var
+    if isinstance(obj, UserMethodVariable):  # (its source is its function's)
+        return wrap_value(tx, types.MethodType, None)
     src = AttrSource(obj.source, "__class__") if obj.source is not None else None
     return wrap_value(tx, obj.python_type(), src)
 

@@ -105,6 +105,11 @@ def guard_entry_cache_enabled(tx):
     _guard_call(tx, torch.is_autocast_cache_enabled, (), _state(tx).entry_cache_enabled)
 
 
+def sdpa_block_active(tx):
+    """Whether the trace is inside an sdpa_kernel block (which guarded the SDPA flags on entering)."""
+    return any(isinstance(c, SdpaKernelVariable) for c in _state(tx).active)
+
+
 def leave_all(output):
     """Undo, for real, the switches of the managers a trace left entered (it stopped inside
     their blocks), innermost first."""

@@ -327,3 +327,129 @@ def special_method(tx, obj, name):
     if attr is MISSING:
         return None
     return bind(tx, obj, name, attr, src)
+
+
+# ---- instances of builtin classes that the trace models --------------------------------------
+#
+# A list, a partial, a zip or a generator made in the trace has no real object to ask, and one
+# read from the inputs is often modelled without it. ``hasattr``/``getattr`` on such a tracker
+# must still answer as the real object would: as object.__getattribute__ does, from the dicts
+# along ``type(obj).__mro__`` (data descriptors first, then the instance dict, then the rest),
+# never from ``hasattr(cls, name)``, which also sees the metaclass's attributes (``__name__``,
+# ``__qualname__``, ``__mro__``, ``__call__`` of ``type``) that the class has and its instances
+# do not.
+
+def _generic_getattr_types():
+    """Builtin classes whose tp_getattro is CPython's generic lookup (PyObject_GenericGetAttr),
+    most re-exported as a ``__getattribute__`` wrapper of their own. Not listed, so never
+    answered from the type: bound methods (they forward to ``__func__``), modules (module
+    ``__getattr__``), classes (the metaclass), super."""
+    import collections
+    import functools
+    import itertools
+    import operator
+
+    def gen():
+        yield
+    samples = ([], (), {}, set(), frozenset(), range(0), "", b"", {}.keys(), {}.values(), {}.items())
+    iterators = {type(iter(s)) for s in samples} | {type(reversed(s)) for s in ([], range(0), {})}
+    iterators |= {type(iter(range(2 ** 70))), type(iter("é")), type(iter(lambda: 0, 0))}
+    return frozenset({
+        object, list, tuple, dict, set, frozenset, collections.deque, range, slice,
+        type({}.keys()), type({}.values()), type({}.items()),
+        functools.partial, operator.itemgetter, operator.attrgetter, operator.methodcaller,
+        zip, map, filter, enumerate, reversed, types.GeneratorType, type(gen()),
+        types.BuiltinFunctionType, types.MethodWrapperType, types.MethodDescriptorType,
+        types.WrapperDescriptorType, types.ClassMethodDescriptorType, types.MemberDescriptorType,
+        types.GetSetDescriptorType, property, *iterators,
+        *(t for t in vars(itertools).values() if isinstance(t, type) and t.__module__ == "itertools"),
+    })
+
+
+_GENERIC_GETATTR = _generic_getattr_types()
+
+
+def _class_lookup(tx, cls, name):
+    """``_PyType_Lookup(cls, name)`` (raw attribute or MISSING, its source), guarded through the
+    class object itself where the MRO can change (a namedtuple class's dict)."""
+    if not mutable_mro(cls):
+        return raw_type_lookup(cls, name, MISSING), None
+    from ..source import ConstObjectSource
+    return type_lookup(tx, class_var(cls, ConstObjectSource(cls)), name)
+
+
+def modelled_instance_attr(tx, cls, name, own=None):
+    """Where ``object.__getattribute__`` finds ``name`` on an object of exact type ``cls``,
+    whose instance dict has the names ``own`` (None: it has none, or it is not known):
+
+    - ``("type", attr)``: a data descriptor of the type (no instance dict entry can hide it),
+      or a class attribute (method, constant) that no instance dict entry hides;
+    - ``("dict", None)``: a key of the instance dict;
+    - ``(None, MISSING)``: nowhere (AttributeError).
+
+    Refused: a class whose lookup is not the generic one (a ``__getattr__``, a
+    ``__getattribute__`` of its own), and a name found nowhere on the type of an object whose
+    instance dict is not known."""
+    ga, _ = _class_lookup(tx, cls, "__getattribute__")
+    if not (ga is object.__getattribute__ or isinstance(ga, types.WrapperDescriptorType)
+            and ga.__objclass__ in _GENERIC_GETATTR) or _class_lookup(tx, cls, "__getattr__")[0] is not MISSING:
+        raise Unsupported(f"attribute {name!r} of a {cls.__qualname__} object: its class "
+                          "changes the attribute lookup")
+    attr, src = _class_lookup(tx, cls, name)
+    if attr is not MISSING and is_data_descriptor(descriptor_slots(tx, attr, src)):
+        return "type", attr
+    if own is not None and name in own:
+        return "dict", None
+    if attr is not MISSING:
+        return "type", attr
+    if own is None and cls.__dictoffset__:
+        raise Unsupported(f"attribute {name!r} of a {cls.__qualname__} object (its instance "
+                          "__dict__ is not known here)")
+    return None, MISSING
+
+
+def modelled_has_attr(tx, cls, name, own=None):
+    """``hasattr(obj, name)`` for a tracker of a builtin class's instance (see
+    ``modelled_instance_attr``). A class attribute whose read runs code that may raise (a
+    property, a slot of a user class, a user descriptor) is refused; the getset and member
+    descriptors of builtin classes never raise AttributeError on the instances the trace
+    models (tests/test_c_object_attrs.py checks each), nor does a namedtuple's field."""
+    from .base import _runs_code
+    where, attr = modelled_instance_attr(tx, cls, name, own)
+    if where == "type" and type(attr) is not _tuplegetter and (
+            _runs_code(attr) or isinstance(attr, types.MemberDescriptorType)
+            and not attr.__objclass__.__flags__ & _IMMUTABLETYPE):
+        raise Unsupported(f"hasattr() of {cls.__qualname__}.{name}, a {type(attr).__name__}")
+    return where is not None
+
+
+def modelled_getattr(tx, obj, name, own=None):
+    """``obj.name`` for a tracker ``obj`` of a builtin class's instance that models its C
+    methods in ``call_method``: a method found on the type is bound to it (called, it is
+    ``obj.call_method``), ``__class__`` is its type, a constant class attribute (``__doc__``,
+    ``__hash__ = None``) is that constant; a name found nowhere raises AttributeError in the
+    trace. Anything else (a data descriptor the tracker does not model, an instance dict entry)
+    is refused. Where the instance dict is not known (an input OrderedDict), a method or
+    constant is read only under a guard that no instance dict entry hides it."""
+    from .base import GetAttrVariable, VariableTracker
+    from .constant import is_constant_value
+    cls = obj.python_type()
+    where, attr = modelled_instance_attr(tx, cls, name, own)
+    if where is None:
+        raise missing(tx, cls, name)
+    if attr is object.__dict__["__class__"]:
+        from .builtin import _type
+        return _type(tx, obj)
+    method = isinstance(attr, (types.MethodDescriptorType, types.WrapperDescriptorType,
+                               types.ClassMethodDescriptorType)) \
+        and type(obj).call_method is not VariableTracker.call_method  # (which reads the attribute)
+    if where != "type" or not (method or is_constant_value(attr)):
+        raise Unsupported(f"attribute {name!r} of a {cls.__qualname__} object")
+    if own is None and cls.__dictoffset__:
+        real = tx.output.mutable_sources.get(obj.source.name()) if obj.source is not None else None
+        if real is None or name in vars(real[1]):
+            raise Unsupported(f"attribute {name!r} of a {cls.__qualname__} object (its instance "
+                              "__dict__ is not known here, or hides the class's)")
+        from ..source import GetItemSource
+        tx.output.guards.NOT_PRESENT(GetItemSource(AttrSource(obj.source, "__dict__"), name))
+    return GetAttrVariable(obj, name) if method else ConstantVariable(attr)

@@ -3,7 +3,7 @@ the collections module (OrderedDict, defaultdict)."""
 import collections
 
 from ..exc import Unsupported
-from .base import GetAttrVariable, VariableTracker, call_model
+from .base import VariableTracker, call_model
 from .constant import ConstantVariable, is_constant_value
 from .lists import TupleVariable
 
@@ -75,13 +75,18 @@ class DictVariable(VariableTracker):
     def unpack_var_sequence(self, tx):
         return [key_var(tx, k) for k in self.items]
 
+    def _own_attrs(self):
+        """The names in the instance dict (an OrderedDict has one): none where the trace made
+        the object (it refuses attribute stores), not known where it was read from an input."""
+        return () if self.source is None else None
+
     def has_attr(self, tx, name):
-        return hasattr(self.python_type(), name)
+        from .descriptors import modelled_has_attr
+        return modelled_has_attr(tx, self.python_type(), name, self._own_attrs())
 
     def var_getattr(self, tx, name):
-        if hasattr(self.python_type(), name):
-            return GetAttrVariable(self, name)
-        raise Unsupported(f"{self.python_type().__name__} attribute {name!r}")
+        from .descriptors import modelled_getattr
+        return modelled_getattr(tx, self, name, self._own_attrs())
 
     def _mutate(self, tx):
         tx.output.note_mutation(self)
@@ -257,9 +262,12 @@ class DictViewVariable(VariableTracker):
         return bool(self.dict_var.items)
 
     def var_getattr(self, tx, name):
-        if hasattr(self.python_type(), name):
-            return GetAttrVariable(self, name)
-        raise Unsupported(f"dict_{self.kind} attribute {name!r}")
+        from .descriptors import modelled_getattr
+        return modelled_getattr(tx, self, name)
+
+    def has_attr(self, tx, name):
+        from .descriptors import modelled_has_attr
+        return modelled_has_attr(tx, self.python_type(), name)
 
     def call_method(self, tx, name, args, kwargs):
         if name == "__len__":

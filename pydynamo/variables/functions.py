@@ -5,7 +5,7 @@ import types
 from .. import bytecode_utils as bu
 from ..exc import DisabledFunctionError, ExceptionRaised, Unsupported
 from ..source import (AttrSource, ClosureSource, GetItemSource, GlobalSource, cell_contents_source,
-                      function_global_source)
+                      function_global_source, type_lookup as raw_type_lookup)
 from .base import CellVariable, ObjectVariable, VariableTracker
 from .dicts import DictVariable
 from .lists import TupleVariable
@@ -225,11 +225,23 @@ class UserMethodVariable(VariableTracker):
         return UserFunctionVariable(self.fn, self.source).call_function(tx, [self.obj, *args], kwargs)
 
     def var_getattr(self, tx, name):
+        """As a bound method's lookup goes: the method type's own attributes first (its
+        ``__class__`` is the method type, not the function's), then the function's."""
         if name == "__func__":
             return UserFunctionVariable(self.fn, self.source)
         if name == "__self__":
             return self.obj
-        return UserFunctionVariable(self.fn, self.source).var_getattr(tx, name)
+        if name == "__class__":
+            from .builder import wrap_value
+            return wrap_value(tx, types.MethodType, None)
+        if name != "__doc__" and raw_type_lookup(types.MethodType, name, None) is not None:
+            raise Unsupported(f"attribute {name!r} of a bound method")  # __call__, __get__, ...
+        return UserFunctionVariable(self.fn, self.source).var_getattr(tx, name)  # (__doc__ too)
+
+    def has_attr(self, tx, name):
+        if raw_type_lookup(types.MethodType, name, None) is not None:
+            return True
+        return UserFunctionVariable(self.fn, self.source).has_attr(tx, name)
 
     def reconstruct(self, codegen):
         raise Unsupported("a bound method cannot be returned from compiled code")
@@ -267,6 +279,16 @@ class NestedUserFunctionVariable(VariableTracker):
 
     def python_type(self):
         return types.FunctionType
+
+    def has_attr(self, tx, name):
+        """From the function type's table and the instance dict: empty, but for what
+        update_wrapper copied (it also copies the wrapped function's ``__dict__``, which is
+        not known: then a name not on the type is refused)."""
+        from .descriptors import modelled_has_attr
+        if name in self.attrs:
+            return True
+        own = None if "__wrapped__" in self.attrs else ()
+        return modelled_has_attr(tx, types.FunctionType, name, own)
 
     def truth(self, tx):
         return True
@@ -333,6 +355,11 @@ class GeneratorVariable(VariableTracker):
         if self.python_cls is None:
             raise Unsupported("the type of an iterator of the standard library's internals")
         return self.python_cls
+
+    def has_attr(self, tx, name):
+        """As the generator (or the C iterator a polyfill's generator stands for) answers."""
+        from .descriptors import modelled_has_attr
+        return modelled_has_attr(tx, self.python_type(), name)
 
     def truth(self, tx):
         return True

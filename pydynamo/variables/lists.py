@@ -74,18 +74,15 @@ class BaseListVariable(VariableTracker):
         raise Unsupported(f"{self.python_cls.__name__}.{name}")
 
     def var_getattr(self, tx, name):
-        from .base import GetAttrVariable
-        if hasattr(self.python_cls, name):
-            return GetAttrVariable(self, name)
-        raise Unsupported(f"{self.python_cls.__name__} attribute {name!r}")
+        from .descriptors import modelled_getattr
+        return modelled_getattr(tx, self, name)
 
     def has_attr(self, tx, name):
-        """Exact where instances have no attributes of their own (no ``__dict__``: plain
-        sequences, namedtuples): then the class alone (fixed by the type guard) answers."""
-        cls = self.python_type()
-        if cls.__dictoffset__:
-            raise Unsupported(f"hasattr on a {cls.__name__} (its instances have a __dict__)")
-        return hasattr(cls, name)
+        """As the instance answers, from its type (descriptors.modelled_has_attr): exact where
+        instances have no attributes of their own (no ``__dict__``: plain sequences,
+        namedtuples); a name the type lacks is refused where they have one."""
+        from .descriptors import modelled_has_attr
+        return modelled_has_attr(tx, self.python_type(), name)
 
     def reconstruct(self, codegen):
         if self.source is not None:  # the same object (mutations were replayed into it)
@@ -177,10 +174,8 @@ class SizeVariable(TupleVariable):
         return torch.Size([item.as_python_constant() for item in self.items])
 
     def var_getattr(self, tx, name):
-        from .base import GetAttrVariable
-        if hasattr(torch.Size, name):
-            return GetAttrVariable(self, name)  # called: call_method below
-        raise Unsupported(f"torch.Size attribute {name!r}")
+        from .descriptors import modelled_getattr
+        return modelled_getattr(tx, self, name)  # a method, called: call_method below
 
     def call_method(self, tx, name, args, kwargs):
         if name == "numel" and not args and not kwargs:
@@ -363,7 +358,11 @@ class ListIteratorVariable(VariableTracker):
         return True
 
     def var_getattr(self, tx, name):
-        return iterator_attribute(self, name)
+        return iterator_attribute(tx, self, name)
+
+    def has_attr(self, tx, name):
+        from .descriptors import modelled_has_attr
+        return modelled_has_attr(tx, self.python_type(), name)
 
     def call_method(self, tx, name, args, kwargs):
         return iterator_method(tx, self, name, args, kwargs)
@@ -373,12 +372,14 @@ class ListIteratorVariable(VariableTracker):
         codegen.append_get_iter()
 
 
-def iterator_attribute(it, name):
-    """``it.__next__`` / ``it.__iter__`` of an iterator tracker (heapq.merge reads them)."""
+def iterator_attribute(tx, it, name):
+    """``it.__next__`` / ``it.__iter__`` of an iterator tracker (heapq.merge reads them); other
+    names as the iterator's real type has them (descriptors.modelled_getattr)."""
     from .base import GetAttrVariable
+    from .descriptors import modelled_getattr
     if name in ("__next__", "__iter__"):
         return GetAttrVariable(it, name)
-    raise Unsupported(f"attribute {name!r} of an iterator")
+    return modelled_getattr(tx, it, name)
 
 
 def iterator_method(tx, it, name, args, kwargs):

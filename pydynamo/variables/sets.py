@@ -25,7 +25,7 @@ import torch
 
 from .. import bytecode_utils as bu
 from ..exc import SideEffectError, Unsupported
-from .base import GetAttrVariable, VariableTracker
+from .base import VariableTracker
 from .constant import ConstantVariable
 
 _ELEMENT_TYPES = (type(None), bool, int, float, complex, str, bytes, type(Ellipsis), torch.dtype)
@@ -140,12 +140,12 @@ class SetVariable(VariableTracker):
         return SetIteratorVariable(self, self.unpack_var_sequence(tx))
 
     def has_attr(self, tx, name):
-        return hasattr(type(self.value), name)  # no instance __dict__
+        from .descriptors import modelled_has_attr
+        return modelled_has_attr(tx, type(self.value), name)  # no instance __dict__
 
     def var_getattr(self, tx, name):
-        if hasattr(type(self.value), name):
-            return GetAttrVariable(self, name)
-        raise Unsupported(f"{type(self.value).__name__} has no attribute {name!r}")
+        from .descriptors import modelled_getattr
+        return modelled_getattr(tx, self, name)
 
     def mutate(self, tx):
         if self.source is not None:
@@ -216,7 +216,11 @@ class SetIteratorVariable(VariableTracker):
 
     def var_getattr(self, tx, name):
         from .lists import iterator_attribute
-        return iterator_attribute(self, name)
+        return iterator_attribute(tx, self, name)
+
+    def has_attr(self, tx, name):
+        from .descriptors import modelled_has_attr
+        return modelled_has_attr(tx, self.python_type(), name)
 
     def call_method(self, tx, name, args, kwargs):
         from .lists import iterator_method

@@ -15,7 +15,7 @@ import types
 
 from .. import polyfills
 from ..exc import Unsupported
-from ..source import AttrSource, type_lookup as raw_type_lookup
+from ..source import AttrSource, GetItemSource, type_lookup as raw_type_lookup
 from .base import GetAttrVariable, ObjectVariable, VariableTracker
 from .builtin import _KEYWORDS, handles
 
@@ -88,11 +88,16 @@ class SpecInstanceVariable(VariableTracker):
     maps attribute names to trackers. Attributes whose name starts with an underscore are
     private to the Spec's methods (the C object has no such attribute). Read from an input, it
     is that object (``source``); made in the trace, it is rebuilt at run time as
-    ``cls(*args, **kwargs)`` from its state, as the Spec's ``rebuild`` says."""
+    ``cls(*args, **kwargs)`` from its state, as the Spec's ``rebuild`` says.
 
-    def __init__(self, cls, spec, state, source=None):
+    Other attributes are the real object's: read from it (``value``) where it was read from an
+    input (a C object's attribute reads run no user code), answered from ``cls``'s own table
+    where the trace made it (its instance dict is empty: stores are refused)."""
+
+    def __init__(self, cls, spec, state, source=None, value=None):
         super().__init__(source)
         self.cls, self.spec, self.state = cls, spec, state
+        self.value = value
 
     def python_type(self):
         return self.cls
@@ -101,14 +106,43 @@ class SpecInstanceVariable(VariableTracker):
         return True
 
     def has_attr(self, tx, name):
-        return name in self.state and not name.startswith("_") or hasattr(self.cls, name)
+        from .base import guarded_hasattr
+        from .descriptors import modelled_has_attr
+        if self.value is not None:
+            return guarded_hasattr(tx, self.value, self.source, name)
+        return modelled_has_attr(tx, self.cls, name, own=())
 
     def var_getattr(self, tx, name):
+        from .descriptors import modelled_getattr
         if name in self.state and (not name.startswith("_") or _in_polyfills(tx)):
-            return self.state[name]
-        if callable(vars(self.spec).get(name)) and name != "new":
-            return GetAttrVariable(self, name)
-        raise Unsupported(f"attribute {name!r} of a {self.cls.__qualname__} object")
+            return self.state[name]  # (func, args, keywords: read-only members of the C type)
+        modelled = callable(vars(self.spec).get(name)) and name != "new"  # __call__
+        if self.value is not None:
+            return self._real_attr(tx, name, modelled)
+        return GetAttrVariable(self, name) if modelled else modelled_getattr(tx, self, name, own=())
+
+    def _real_attr(self, tx, name, modelled):
+        """``obj.name`` of the object that existed before the trace, read for real (guarded
+        where it has a source); a method the Spec models stays the Spec's once the instance
+        dict is guarded not to hide it."""
+        from .builder import wrap_value
+        from .descriptors import missing
+        src = AttrSource(self.source, name) if self.source is not None else None
+        try:
+            attr = getattr(self.value, name)
+        except AttributeError:
+            if src is not None:
+                tx.output.guards.NOT_PRESENT(src)
+            raise missing(tx, self.cls, name) from None
+        if not modelled:
+            return wrap_value(tx, attr, src)
+        if self.cls.__dictoffset__:
+            if name in vars(self.value):
+                raise Unsupported(f"attribute {name!r} of a {self.cls.__qualname__} object, set on "
+                                  "the object (it hides the method)")
+            if src is not None:
+                tx.output.guards.NOT_PRESENT(GetItemSource(AttrSource(self.source, "__dict__"), name))
+        return GetAttrVariable(self, name)
 
     def call_function(self, tx, args, kwargs):
         return self.call_method(tx, "__call__", args, kwargs)
@@ -161,7 +195,7 @@ def wrap_spec_instance(tx, value, source):
         state = {"_items" if cls is operator.itemgetter else "_attrs": wrap_constant(items)}
     else:
         raise Unsupported(f"a {cls.__qualname__} object read from the frame's inputs")
-    return SpecInstanceVariable(cls, polyfill_of(cls), state, source)
+    return SpecInstanceVariable(cls, polyfill_of(cls), state, source, value)
 
 
 SPEC_INSTANCE_TYPES = (functools.partial, operator.itemgetter, operator.attrgetter,

@@ -253,7 +253,8 @@ def check_global_state(tx, fn):
     if not _in_backward(tx.output.guards):
         return
     from . import ctx
-    from .torch import _GLOBAL_STATE
-    if any(fn is f for f in _GLOBAL_STATE) or ctx.is_factory(fn) or any(fn is f for f in ctx.READERS):
+    from .torch import _GLOBAL_STATE, reads_flag
+    if any(fn is f for f in _GLOBAL_STATE) or ctx.is_factory(fn) or any(fn is f for f in ctx.READERS) \
+            or reads_flag(fn):
         raise Unsupported(f"autograd.Function.backward calls {getattr(fn, '__name__', fn)} (global "
                           "state, read when autograd runs the backward)")

@@ -505,13 +505,19 @@ def wrap_fx_value(tx, node, value):
         if isinstance(value, list):
             from .lists import ListVariable
             return ListVariable(items)
+        if type(value) is torch.Size:  # symbolic sizes (torch.broadcast_shapes)
+            return SizeVariable(items)
         return TupleVariable(items, tuple_cls=type(value))
     # A Python value computed from metadata only: fold it, where guards pin that metadata. None
     # is what in-place calls such as setitem return: those nodes stay for their effect.
     if value is not None or isinstance(node.target, types.FunctionType):
         _check_fold(tx, node, value)
     if value is not None and not node.users:
+        inputs = node.all_input_nodes
         graph.erase_node(node)
+        for arg in inputs:  # the torch.Size nodes made for its arguments
+            if arg.target is torch.Size and not arg.users:
+                graph.erase_node(arg)
     return _constant_result(value)
 
 

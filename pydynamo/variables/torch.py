@@ -4,6 +4,8 @@ Anything callable that lives in torch and runs on fake tensors becomes one graph
 functions that only read global state are answered at trace time (and guarded globally), and
 functions that change torch's global state are refused.
 """
+import re
+
 import torch
 
 from ..exc import Unsupported
@@ -27,6 +29,65 @@ _GLOBAL_STATE = [f for f in (torch.is_grad_enabled, torch.get_default_dtype,
 # Guarded at every frame's entry (convert), changed in the trace only by its context managers:
 # what they read now follows from that (inference mode: its entry value, where read; ctx.py).
 _ENTRY_GUARDED = (torch.is_grad_enabled, torch.get_default_dtype)
+
+# Readers of torch's other process-wide flags, by torch's naming of them (``_get_cudnn_allow_tf32``,
+# ``_get_float32_matmul_precision``, ``is_anomaly_enabled``, ``_profiler_enabled``...): a call on
+# constants is answered by calling it for real, and guarded to keep returning what it read
+# (read_flag). The Python readers of torch.backends, torch.autograd... are inlined and reach one
+# of these (``torch.backends.cuda.flash_sdp_enabled()``, ``matmul.allow_tf32``'s ``__getattr__``).
+_FLAG_READER_NAME = re.compile(r"^_?(get|is|are)_|_enabled$")
+# Autocast readers by device, answered as ctx.read_state answers torch.is_autocast_enabled(device)
+_AUTOCAST_ALIASES = {getattr(torch, name): (reader, device) for name, reader, device in (
+    ("is_autocast_cpu_enabled", torch.is_autocast_enabled, "cpu"),
+    ("get_autocast_cpu_dtype", torch.get_autocast_dtype, "cpu"),
+    ("get_autocast_gpu_dtype", torch.get_autocast_dtype, "cuda"),
+    ("is_autocast_xla_enabled", torch.is_autocast_enabled, "xla"),
+    ("get_autocast_xla_dtype", torch.get_autocast_dtype, "xla"),
+    ("is_autocast_ipu_enabled", torch.is_autocast_enabled, "ipu"),
+    ("get_autocast_ipu_dtype", torch.get_autocast_dtype, "ipu")) if hasattr(torch, name)}
+_HAS_TORCH_FUNCTION = (torch.overrides.has_torch_function, torch.overrides.has_torch_function_unary,
+                       torch.overrides.has_torch_function_variadic)
+
+
+def reads_flag(fn):
+    """A torch function named as a reader of global state (see _FLAG_READER_NAME)."""
+    return _FLAG_READER_NAME.search(getattr(fn, "__name__", "") or "") is not None
+
+
+def _guardable(value):
+    if type(value) is tuple:
+        return all(_guardable(v) for v in value)
+    return type(value) in (bool, int, float, str, type(None)) or isinstance(value, (torch.dtype, torch.device)) \
+        or hasattr(type(value), "__members__")  # an enum (torch's pybind ones included)
+
+
+def read_flag(tx, fn, args, kwargs):
+    """``fn(*args)``, a reader of global state called on constants: answered now, guarded by
+    the value read (a global PREDICATE). None where it returns a tensor (a graph node, as any
+    other torch call); refused where its result cannot be compared, or where it reads state the
+    trace changes other than by sdpa_kernel (autocast's other readers)."""
+    from ..guards import CallIs
+    from . import ctx
+    what = f"{getattr(fn, '__module__', None) or 'torch'}.{fn.__name__}"
+    if "autocast" in fn.__name__:
+        raise Unsupported(f"{what} reads autocast state that the trace's blocks change")
+    if kwargs:
+        raise Unsupported(f"{what} reads global state, called with keywords")
+    consts = tuple(a.as_python_constant() for a in args)
+    try:
+        value = fn(*consts)
+    except Exception as e:  # noqa: BLE001 - the call raises natively
+        raise Unsupported(f"{what}{consts} raised {type(e).__name__}: {e}") from None
+    if isinstance(value, torch.Tensor):
+        return None
+    if not _guardable(value):
+        raise Unsupported(f"{what}() returned a {type(value).__name__}, which no guard compares")
+    # inside an sdpa_kernel block the SDPA flags follow from their entry values, guarded on entering
+    if not ("sdp" in fn.__name__ and ctx.sdpa_block_active(tx)):
+        shown = ", ".join(repr(a) for a in consts)
+        tx.output.guards.PREDICATE(None, CallIs(fn, consts, value), f"{what}({shown}) == {value!r}")
+    from .builder import wrap_constant
+    return wrap_constant(value)
 
 
 class GlobalStateIs:
@@ -111,6 +172,8 @@ class TorchVariable(ObjectVariable):
         if is_compiling_function(fn):
             return ConstantVariable(True)
         if fn in _FOLD:
+            if any(fn is f for f in _HAS_TORCH_FUNCTION):  # no mode active: guarded at the entry
+                tx.output.guards.TORCH_FUNCTION_MODE()
             return ConstantVariable(_FOLD[fn])
         from .subgraph import check_global_state
         check_global_state(tx, fn)  # refused inside an autograd.Function's backward
@@ -134,6 +197,15 @@ class TorchVariable(ObjectVariable):
         name = getattr(fn, "__name__", "")
         if name.startswith(_REFUSED_PREFIXES):
             raise Unsupported(f"torch.{name} changes global torch state")
+        if fn in _AUTOCAST_ALIASES:
+            reader, device = _AUTOCAST_ALIASES[fn]
+            if args or kwargs:
+                raise Unsupported(f"torch.{name} with arguments")
+            return ctx.read_state(tx, reader, [ConstantVariable(device)], {})
+        if reads_flag(fn) and all(isinstance(a, ConstantVariable) for a in [*args, *kwargs.values()]):
+            value = read_flag(tx, fn, args, kwargs)
+            if value is not None:
+                return value
         if fn is torch.device:
             from .builtin import fold
             return fold(fn, args, kwargs)
@@ -141,10 +213,37 @@ class TorchVariable(ObjectVariable):
         if any(fn is f for f in ARRAY_TO_TENSOR) and any(isinstance(a, NdarrayVariable) for a in args):
             return tensor_from_array(tx, fn, args, kwargs)
         if fn is torch.Size:
-            from .lists import SizeVariable
-            items = args[0].unpack_var_sequence(tx) if args else []
-            return SizeVariable(items)
+            return make_size(tx, args, kwargs)
         return tx.output.call_graph(tx, "call_function", fn, tuple(args), kwargs)
 
     def _repr_value(self):
         return getattr(self.value, "__qualname__", None) or repr(self.value)
+
+
+def make_size(tx, args, kwargs):
+    """``torch.Size(iterable)`` as torch builds it: ``tuple.__new__`` (its TypeErrors for other
+    argument counts or keywords), then each item must be an int: a bool becomes an int, a NumPy
+    integer stays one, a symbolic size stays symbolic, anything else is torch's TypeError. A
+    tensor item (or a tensor to iterate) is read by ``__index__``: its data, refused."""
+    from ..exc import DataDependentError
+    from .builtin import fold, iterate
+    from .lists import SizeVariable
+    from .sym import SymNodeVariable
+    from .tensor import TensorVariable
+    if kwargs or len(args) > 1:  # tuple's own error, which depends on the form only
+        return fold(torch.Size, [ConstantVariable(())] * len(args),
+                    {k: ConstantVariable(()) for k in kwargs}, exact=True)
+    if not args or isinstance(args[0], ConstantVariable):  # an int, a string...: the real call
+        return fold(torch.Size, args, exact=True)
+    if isinstance(args[0], TensorVariable):
+        raise DataDependentError("torch.Size() needs the tensor's data (it iterates a tensor)")
+    items = list(iterate(tx, args[0]))  # (not is_python_constant(): it would specialize sizes)
+    for item in items:
+        if isinstance(item, TensorVariable):
+            raise DataDependentError("torch.Size() needs the tensor's data (an item is a tensor, read by __index__)")
+        if not (item.is_python_constant() or isinstance(item, SymNodeVariable) and item.python_type() is int):
+            raise Unsupported(f"torch.Size of an item {item}")
+    # the real constructor on the constant items (symbolic ones as 0): its errors and conversions
+    probe = fold(torch.Size, [ConstantVariable([0 if isinstance(i, SymNodeVariable) else i.as_python_constant()
+                                                for i in items])], exact=True)
+    return SizeVariable([i if isinstance(i, SymNodeVariable) else p for i, p in zip(items, probe.items)])

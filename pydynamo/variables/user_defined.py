@@ -48,7 +48,11 @@ _MISSING_VALUE = object()  # found, but a plain value: read it with getattr
 
 class PythonModuleVariable(ObjectVariable):
     def var_getattr(self, tx, name):
+        from .base import python_getattr_hook
         from .builder import wrap_value
+        if name not in vars(self.value) and python_getattr_hook(self.value):
+            raise Unsupported(f"attribute {name!r} of module {self.value.__name__}: its __getattr__ "
+                              "would run while tracing")
         if not hasattr(self.value, name):
             raise Unsupported(f"module {self.value.__name__} has no attribute {name!r}")
         return wrap_value(tx, getattr(self.value, name), self.attr_source(name))

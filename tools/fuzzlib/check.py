@@ -141,14 +141,21 @@ def pretty(f, limit=400):
 def run_side(src, path, wrap):
     """Run a program's steps in a fresh namespace, the call target wrapped by `wrap`. Returns per
     step (kind, outcome, state after it): a call's outcome is ("ok", result) or ("raise", type,
-    message), its state what _watch() returns, the input, the grad mode, the default dtype and the
-    gradients of the result's sum with respect to x and the module's parameters."""
+    message), its state what _watch() returns, the input, the grad mode, the default dtype, the
+    gradients of the result's sum with respect to x and the module's parameters, and two checks
+    of the compiled side that are 0 when eager: graphs run that another backend or option set
+    compiled (a call "alt" goes through a second backend, "strict" through fullgraph=True, and
+    each graph says which compiled it), and cache entries made for frames outside the program."""
     import torch
     ns = {"__name__": "fuzzprog", "__file__": path}
+    from .families_flags import flags_state, restore_flags
+    flags = flags_state()
     torch.manual_seed(0)
     exec(compile(src, path, "exec"), ns)
+    variants = getattr(wrap, "variants", lambda t: {})(ns["TARGET"])
     target, results = wrap(ns["TARGET"]), []
     params = list(ns["m"].parameters()) if isinstance(ns.get("m"), torch.nn.Module) else []
+    entries = EntryWatch(path) if variants else None
     try:
         for k, (kind, fn, ctx) in enumerate(ns["STEPS"]):
             torch.manual_seed(k + 1)
@@ -156,9 +163,14 @@ def run_side(src, path, wrap):
                 results.append(("mut", attempt(fn), None))
                 continue
             args = fn()
-            call = (lambda: target(args[0], n=args[1], c=args[2])) if ctx == "kw" else (lambda: target(*args))
-            with torch.no_grad() if ctx == "no_grad" else contextlib.nullcontext():
+            f = variants.get(ctx, target)
+            call = (lambda: f(args[0], n=args[1], c=args[2])) if ctx == "kw" else (lambda: f(*args))
+            if ctx == "strict":
+                call = strict_or_eager(f, ns["TARGET"], args)
+            GRAPH_LOG.clear()
+            with torch.no_grad() if ctx == "no_grad" else contextlib.nullcontext(), entries or contextlib.nullcontext():
                 res = attempt(call, keep=True)
+            foreign = sum(t != {"alt": "alt", "strict": "strict"}.get(ctx, "main") for t in GRAPH_LOG) if variants else 0
             grads = ("ok", None)
             if res[0] == "ok":
                 outs = [t for t in flatten(res[1]) if isinstance(t, torch.Tensor) and t.requires_grad]
@@ -168,13 +180,28 @@ def run_side(src, path, wrap):
                     grads = attempt(lambda: torch.autograd.grad(loss(), wrt, allow_unused=True, retain_graph=True),
                                     keep=True)
             memo = {id(args[0]): (0, args[0])}
-            state = [ns["_watch"](), args[0], torch.is_grad_enabled(), torch.get_default_dtype()]
+            state = [ns["_watch"](), args[0], torch.is_grad_enabled(), torch.get_default_dtype(),
+                     ("graphs of another backend or option set", foreign),
+                     ("entries outside the program", entries.take() if entries else [])]
             results.append(("call", (res[0], safe_freeze(res[1], memo)) if res[0] == "ok" else res,
                             safe_freeze([state, grads[1:]], memo)))
     finally:
         torch.set_default_dtype(torch.float32)
         torch.set_grad_enabled(True)
+        restore_flags(flags)
     return results
+
+
+def strict_or_eager(strict, plain, args):
+    """A fullgraph=True call that the compiler may refuse (a graph break: Unsupported); then the
+    plain target is called, as the user would, so the result still compares with eager."""
+    def call():
+        from pydynamo.exc import Unsupported
+        try:
+            return strict(*args)
+        except Unsupported:
+            return plain(*args)
+    return call
 
 
 def safe_freeze(v, memo):
@@ -279,7 +306,8 @@ def minimize(prog, found, check, budget_s=20.0):
 def report(cat, i, seed, prog, found):
     _, step, desc = found
     st = prog.steps[step]
-    what = {None: "call", "no_grad": "call under torch.no_grad()", "kw": "call fn(x, n=n, c=c)"}[st.ctx] \
+    what = {None: "call", "no_grad": "call under torch.no_grad()", "kw": "call fn(x, n=n, c=c)",
+            "alt": "call compiled with a second backend", "strict": "call compiled with fullgraph=True"}[st.ctx] \
         if st.kind == "call" else "mutation"
     return (f"=== {cat.upper()}: program {i} (seed {seed}), kind {prog.kind}, families "
             f"{','.join(s.family for s in prog.snips)} ===\n{prog.source()}\n"
@@ -291,8 +319,63 @@ def signature(cat, prog):
     return cat + ":" + "+".join(sorted(t for s in prog.snips for t, _, _ in s.pieces) or ["(no body)"])
 
 
+# Which compile's graphs ran during the current call ("main", "alt", "strict"): see tagged().
+GRAPH_LOG = []
+
+
+def tagged(backend, tag):
+    """``backend`` whose compiled graphs log ``tag`` each time they run."""
+    from pydynamo.backends import lookup_backend
+    real = lookup_backend(backend)
+
+    def compile_graph(gm, example_inputs, **kwargs):
+        fn = real(gm, example_inputs, **kwargs)
+
+        def run(*args):
+            GRAPH_LOG.append(tag)
+            return fn(*args)
+        run._boxed_call = getattr(fn, "_boxed_call", False)
+        return run
+    return compile_graph
+
+
+class EntryWatch:
+    """The cache entries made while it is entered whose code is outside the programs' files
+    (torch's own frames, or code generated for it, compiled as entries). A function of an
+    earlier program (of the same worker: a shrinking candidate's) is a program's too."""
+
+    def __init__(self, path):
+        self.dir, self.found = os.path.dirname(path) + os.sep, []
+
+    def on_entry(self, code, guards, seconds):
+        if not code.co_filename.startswith(self.dir) and code.co_filename != "<string>":
+            self.found.append(f"{code.co_filename}:{code.co_firstlineno} {code.co_qualname}")
+
+    def on_break(self, exc):
+        pass
+
+    def __enter__(self):
+        from pydynamo import convert_frame
+        convert_frame.observers.append(self)
+
+    def __exit__(self, *exc):
+        from pydynamo import convert_frame
+        convert_frame.observers.remove(self)
+
+    def take(self):
+        found, self.found = self.found[:3], []
+        return found
+
+
 def make_wrap(backend, self_check):
     if self_check:
         return lambda t: t
     import pydynamo
-    return lambda t: pydynamo.optimize(backend)(t)
+    main, alt, strict = tagged(backend, "main"), tagged(backend, "alt"), tagged(backend, "strict")
+
+    def wrap(t):
+        return pydynamo.optimize(main)(t)
+    # the same target compiled with a second backend, and with fullgraph=True: neither may be served
+    # what another compiled (made once per program: one backend object each, as a user would)
+    wrap.variants = lambda t: {"alt": pydynamo.optimize(alt)(t), "strict": pydynamo.optimize(strict, fullgraph=True)(t)}
+    return wrap

@@ -5,9 +5,13 @@ program number `seed`, deterministic, pure text (no torch needed).
 """
 import random
 
+from .families_cobjects import fam_cattrs
 from .families_datamodel import fam_config, fam_dispatch, fam_newobj, fam_pystd, fam_records
 from .families_python import (fam_alias, fam_builtins, fam_dict, fam_dunder, fam_exc, fam_helper, fam_iter, fam_list,
                               fam_methods, fam_namedtuple, fam_object, fam_raise, fam_scalar)
+from .families_flags import fam_flags
+from .families_sizes import fam_sizes
+from .families_state import fam_caches, fam_torchapis
 from .families_tensor import (fam_break, fam_dyn, fam_hooks, fam_inplace, fam_modes, fam_module, fam_numpy,
                               fam_tattrs, fam_tensor, fam_tmethods, fam_tstate)
 from .program import Program, Snip, Step, Var
@@ -17,7 +21,7 @@ FAMILIES = {f.__name__[4:]: f for f in [fam_tensor, fam_scalar, fam_object, fam_
                                          fam_iter, fam_modes, fam_raise, fam_break, fam_module, fam_tmethods,
                                          fam_tstate, fam_inplace, fam_builtins, fam_dunder, fam_helper, fam_alias,
                                          fam_exc, fam_dyn, fam_methods, fam_newobj, fam_config, fam_records,
-                                         fam_pystd, fam_dispatch, fam_hooks, fam_tattrs, fam_numpy]}
+                                         fam_pystd, fam_dispatch, fam_hooks, fam_tattrs, fam_numpy, fam_sizes, fam_torchapis, fam_caches, fam_flags, fam_cattrs]}
 SHAPES = [(2, 3), (3, 4), (4,), (2, 3, 4), (1, 4), (4, 1), (2, 2, 1, 2)]
 DTYPES = ["float32"] * 4 + ["float64", "int64", "bool", "complex64", "float16"]
 
@@ -86,7 +90,7 @@ def gen_program(seed):
                 rng, spec, seed % 1000 * 100 + k)
         elif rng.random() < 0.5:
             n = rng.choice([0, 1, 2, 3, 3, 2.5, True, 1.0, 0.0])
-        ctx = rng.choice(["no_grad", "kw"]) if rng.random() < 0.25 else None
+        ctx = rng.choice(["no_grad", "kw", "alt", "strict"]) if rng.random() < 0.3 else None
         steps.append(Step("call", f"({render(spec)}, {n}, A)", None, ctx))
     return Program(kind, snips, steps, rng.choice(["out", "out", "tuple(out)", "{'out': out, 'x': x}", "(x, out)"]),
                    rng.random() < 0.8)
