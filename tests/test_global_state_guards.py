@@ -130,6 +130,7 @@ def test_flag_read_in_trace_is_guarded(name):
     read, switched = READS[name]
     if name == "num_threads" and torch.get_num_threads() == 1:
         torch.set_num_threads(2)
+    state = _backend_flags()
     f = _branch_on(read)
     cnt = CompileCounter()
     of = pydynamo.optimize(cnt)(f)
@@ -142,7 +143,15 @@ def test_flag_read_in_trace_is_guarded(name):
     assert not torch.equal(expected, f(x)), "the switch changes nothing: the test tests nothing"
     assert cnt.frame_count == 2  # recompiled for the switched flag
     assert torch.equal(of(x), f(x))
-    assert cnt.frame_count == 2  # the first entry serves the restored flag
+    # the first entry serves the restored flag, unless restoring it left another flag the backend
+    # compiles by changed (CUDA: allow_tf32 = False sets the matmul fp32 precision to "ieee", which
+    # was "none" before): then a third compile is right
+    assert cnt.frame_count == (2 if _backend_flags() == state else 3)
+
+
+def _backend_flags():
+    from pydynamo.guards import flag_readers
+    return {k: read() for k, read in flag_readers().items()}
 
 
 def test_reproducer_profiler():
@@ -246,6 +255,7 @@ def test_counting_backend_reinvoked_when_a_backend_flag_changes(name):
     cnt = CompileCounter()
     of = pydynamo.optimize(cnt)(lambda x: torch.mm(x, x) + 1)
     x = torch.randn(3, 3)
+    state = _backend_flags()
     of(x)
     of(x)
     assert cnt.frame_count == 1
@@ -255,7 +265,8 @@ def test_counting_backend_reinvoked_when_a_backend_flag_changes(name):
         of(x)
         assert cnt.frame_count == 2
     of(x)
-    assert cnt.frame_count == 2
+    # the first entry again, unless the switch back left the flags otherwise (see above)
+    assert cnt.frame_count == (2 if _backend_flags() == state else 3)
 
 
 def test_eager_backend_has_no_backend_flag_guards():
