@@ -360,8 +360,55 @@ def _droppable(node):
         return True
     target = node.target
     name = target if isinstance(target, str) else getattr(target, "__name__", "")
-    return name in _PURE_NAMES and (node.op == "call_method" or getattr(torch, name, None) is target
-                                    or getattr(operator, name, None) is target)
+    if not (name in _PURE_NAMES and (node.op == "call_method" or getattr(torch, name, None) is target
+                                     or getattr(operator, name, None) is target)):
+        return False
+    if name == "getitem" and any(_is_tensor_node(a) for a in _nodes_in(node.args[1:])):
+        return False  # a tensor index: whether it is in bounds is data (eager raises, the graph would not)
+    return not (name in _ELEMENTWISE and _raises_for_its_dtypes(node))
+
+
+# Pure ops whose real kernels check their operands' dtypes where fake tensors do not (``-`` of a
+# bool tensor, ``&`` of floats): an unused one that would raise in eager is kept, so it raises.
+_ELEMENTWISE = frozenset({"add", "sub", "mul", "truediv", "floordiv", "neg", "lt", "le", "gt", "ge", "eq",
+                          "ne", "and_", "or_", "invert", "where", "masked_fill"})
+
+
+def _nodes_in(value):
+    found = []
+    torch.fx.node.map_arg(value, found.append)
+    return found
+
+
+def _is_tensor_node(a):
+    return isinstance(a, torch.fx.Node) and isinstance(a.meta.get("example_value"), torch.Tensor)
+
+
+def _raises_for_its_dtypes(node):
+    """Whether ``node``'s op raises on one-element tensors of its operands' dtypes and ranks (the
+    real kernel's dtype checks); symbolic numbers stand as 1 or 1.0."""
+    from .shapes import is_symbolic_value
+
+    def probe(a):
+        if not isinstance(a, torch.fx.Node):
+            return a
+        v = a.meta.get("example_value")
+        if isinstance(v, torch.Tensor):
+            return torch.zeros((1,) * v.dim(), dtype=v.dtype)
+        if is_symbolic_value(v):
+            return 1.0 if isinstance(v, torch.SymFloat) else True if isinstance(v, torch.SymBool) else 1
+        return v
+    args = torch.fx.node.map_aggregate(node.args, probe)
+    kwargs = torch.fx.node.map_aggregate(node.kwargs, probe)
+    try:
+        with torch.no_grad():
+            if node.op == "call_method":
+                getattr(args[0], node.target)(*args[1:], **kwargs)
+            else:
+                node.target(*args, **kwargs)
+    except Exception:  # noqa: BLE001 - the real op raises: keep it
+        return True
+    return False
 
 
 def _remove_dead_nodes(graph):

@@ -394,3 +394,47 @@ def test_torch_compile_called_inside_a_compiled_frame():
     torch._dynamo.reset()
     torch.testing.assert_close(got, x * 2 + 1)
     assert not [c for c in seen.codes if any(n.startswith("__compiled_fn_") for n in c.co_names)]
+
+
+# ---- an unused op that raises in eager ---------------------------------------------------------
+
+def _neg_bool(x, i):
+    y = -(x > 0)  # noqa: F841  (negation of a bool tensor: the real kernel refuses)
+    return x + 1
+
+
+def _sub_bool(x, i):
+    y = (x > 0) - 1  # noqa: F841
+    return x + 1
+
+
+def _and_float(x, i):
+    y = x & 1  # noqa: F841  (bitwise and of floats)
+    return x + 1
+
+
+def _index_out_of_bounds(x, i):
+    y = x[i]  # noqa: F841  (whether a tensor index is in bounds is data)
+    return x + 1
+
+
+@pytest.mark.parametrize("fn", [_neg_bool, _sub_bool, _and_float, _index_out_of_bounds], ids=lambda f: f.__name__[1:])
+def test_unused_op_that_raises_in_eager_still_raises(fn):
+    """Unused pure ops are dropped from the graph, but not one whose real kernel would raise where
+    the fake tensor did not (a dtype check, a tensor index out of bounds)."""
+    x, i = torch.ones(3), torch.tensor([5])
+    with pytest.raises(Exception) as eager:
+        fn(x, i)
+    with pytest.raises(type(eager.value)):
+        pydynamo.optimize("eager")(fn)(x, i)
+
+
+def test_unused_pure_ops_are_still_dropped():
+    counter = CompileCounter()
+
+    def f(x):
+        mask = torch.arange(4) < 2  # noqa: F841  (unused: dropped)
+        return x * 2
+
+    pydynamo.optimize(counter)(f)(torch.ones(4))
+    assert counter.op_count == 1

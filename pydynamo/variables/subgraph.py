@@ -39,10 +39,13 @@ class Region:
         self.frozen = frozen
 
     def __enter__(self):
+        from ..output_graph import _version
         out = self.output
         self.before = set(out.graph.nodes)
         self.effects = list(out.side_effects._effects.items())
-        self.versions = {n: v._version for n in out.graph.nodes
+        # (an inference tensor has no version counter: None, its in-place changes unseen, as the
+        # memory-overlap rule's known limit, docs/soundness.md)
+        self.versions = {n: _version(v) for n in out.graph.nodes
                          if isinstance(v := n.meta.get("example_value"), torch.Tensor)}
         self.grad_mode = torch.is_grad_enabled()
         self.managers = _entered_managers(self.tx)
@@ -76,6 +79,7 @@ class Region:
     def check(self):
         """The region changed nothing outside itself, and its values reach the rest of the
         trace only through what it returned to the caller."""
+        from ..output_graph import _version
         out = self.output
         if list(out.side_effects._effects.items()) != self.effects:
             raise Unsupported(f"{self.what} changes state outside it (a side effect the subgraph "
@@ -83,7 +87,7 @@ class Region:
         for node in out.graph.nodes:  # inputs first read inside the region: fresh fakes, version 0
             value = node.meta.get("example_value")
             if (node in self.versions or node.op == "placeholder") and isinstance(value, torch.Tensor) \
-                    and value._version != self.versions.get(node, 0):
+                    and _version(value) not in (None, self.versions.get(node, 0)):
                 raise Unsupported(f"{self.what} changes a tensor in place that it did not create "
                                   f"({node.name})")
         if _entered_managers(self.tx) != self.managers:
