@@ -7,6 +7,7 @@ import builtins
 import enum
 import math
 import operator
+import sys
 import types
 
 import torch
@@ -843,3 +844,13 @@ def _sorted(tx, seq, *, key=None, reverse=None):
     except Exception as e:
         raise Unsupported(f"sorted() raised {type(e).__name__}: {e}") from None
     return ListVariable([items[i] for i in order])
+
+
+def hash_of_hash_result(value):
+    """What ``hash(obj)`` gives when ``type(obj).__hash__`` returned the int ``value``
+    (CPython's slot_tp_hash): the value itself where it fits a Py_ssize_t, else the int's own
+    hash; -1 (the C error value) becomes -2. Not ``hash(value)``, which reduces every int
+    modulo 2**61 - 1."""
+    if -sys.maxsize - 1 <= value <= sys.maxsize:
+        return -2 if value == -1 else value
+    return hash(value)

@@ -13,7 +13,6 @@ at a graph break): the generated code then builds it from its state, never calli
 again (``base.__new__(cls)``, the base contents, ``object.__setattr__`` per attribute).
 """
 import collections
-import sys
 import types
 
 from ..exc import UnmodelledCallError, Unsupported
@@ -259,6 +258,7 @@ class UserDefinedObjectVariable(VariableTracker):
         result = call_transparent(tx, special_method(tx, self, "__hash__"), [], {})
         if not (isinstance(result, ConstantVariable) and type(result.value) is int):
             raise Unsupported(f"TypeError: __hash__ method should return an integer, not {result}")
+        from .builtin import hash_of_hash_result
         return ConstantVariable(hash_of_hash_result(result.value))
 
     def unpack_var_sequence(self, tx):
@@ -890,12 +890,3 @@ class MappingProxyVariable(VariableTracker):
         codegen(self.mapping)
         codegen.append_call(1)
 
-
-def hash_of_hash_result(value):
-    """What ``hash(obj)`` gives when ``type(obj).__hash__`` returned the int ``value``
-    (CPython's slot_tp_hash): the value itself where it fits a Py_ssize_t, else the int's own
-    hash; -1 (the C error value) becomes -2. Not ``hash(value)``, which reduces every int
-    modulo 2**61 - 1."""
-    if -sys.maxsize - 1 <= value <= sys.maxsize:
-        return -2 if value == -1 else value
-    return hash(value)
