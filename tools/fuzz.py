@@ -10,7 +10,10 @@ from feature families (tensor properties and methods, sizes, scalars, user objec
 modules, module and tensor hooks...; and Python's data model: objects made in the trace,
 descriptors, properties, slots, a config class's own __getattribute__, dataclasses, a
 ModelOutput-like OrderedDict dataclass, enums, dunder methods, classes as dict keys, sets,
-itertools / functools / collections, generators, match, logging), reading state that lives in
+itertools / functools / collections, generators, match, logging; and the classes of soundness part
+three: tensor constructors with generated size forms, hasattr/getattr/type on real C objects,
+global flags toggled between calls, torch.cond & co. run eagerly, KV caches and optimizer-like
+state passed back in), reading state that lives in
 globals, an argument dict, an object's attributes, `self`, closure cells or keyword-only
 defaults. The program is a list of steps:
 calls, with inputs that change one property at a time (dtype, shape, strides, requires_grad,
@@ -20,7 +23,9 @@ descriptors, dataclass defaults; default dtype, grad mode).
 The source runs twice in fresh namespaces, eagerly and compiled; each call's result or exception,
 the state it leaves (watched state, the input, grad mode, default dtype, gradients of the result
 with respect to x and the parameters) and which of them are the same object are compared,
-exactly for the "eager" backend. Findings: wrong (a result or state differs), raised (compiled
+exactly for the "eager" backend. Some calls go through the target compiled with a second backend
+or with fullgraph=True: every graph logs which compile made it, and one of another compile running
+is a wrong result; no call may make a cache entry for a frame outside the programs. Findings: wrong (a result or state differs), raised (compiled
 raised where eager did not, or something else), crashed (the worker died or hung). A failing
 program is shrunk while it still fails and printed with its steps.
 Then a soak (compile / reset cycles with cache hits: RSS and live-object growth, is a deleted
