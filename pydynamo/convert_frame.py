@@ -148,6 +148,17 @@ def in_import(caller):
     return False
 
 
+def in_foreign_function_mode():
+    """Whether a torch function mode other than a default device is active: the trace does not
+    model it (guards.TORCH_FUNCTION_MODE refuses it), so the frame runs eagerly this time, and is
+    compiled when called outside the mode (a refusal in the trace would SKIP it for good).
+    Under fullgraph=True the trace's refusal is the error."""
+    if not torch._C._is_torch_function_mode_enabled():
+        return False
+    from .guards import device_modes
+    return device_modes() is None
+
+
 def _module_instance(frame, code):
     """The frame's first argument when it is an nn.Module (``self`` of a forward), else None."""
     if code.co_argcount < 1:
@@ -338,7 +349,8 @@ class ConvertFrame:
         caller = sys._getframe(1)
         if skip_reason(code, frame.f_globals, caller):
             return _C.SKIP
-        if in_backward() or in_native_checkpoint() or in_import(caller):
+        if in_backward() or in_native_checkpoint() or in_import(caller) or (
+                not self.fullgraph and in_foreign_function_mode()):
             # None, not SKIP: the same code may be a top-level frame of the forward later (a
             # user's function called from a backward hook, or optimize()d itself); SKIP is
             # forever. The price is this callback at each such call while in backward.

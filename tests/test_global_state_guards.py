@@ -204,6 +204,27 @@ def test_has_torch_function_under_a_mode():
     assert torch.equal(of(x), x - 1)
 
 
+def test_a_frame_first_called_under_a_mode_is_compiled_outside_it():
+    """Under a torch function mode the trace does not model, the frame runs eagerly this time
+    only: called outside the mode, it compiles (it was skipped for good)."""
+    class Mode(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    def f(x):
+        return x * 2
+
+    of = pydynamo.optimize("eager")(f)
+    x = torch.ones(2)
+    with Mode():  # (the mode's own __torch_function__ runs with the mode off: it may compile)
+        assert torch.equal(of(x), x * 2)
+    assert pydynamo._C.cache_size(f) == 0 and not pydynamo._C.is_skipped(f)
+    assert torch.equal(of(x), x * 2)
+    assert pydynamo._C.cache_size(f) == 1
+    with Mode(), pytest.raises(pydynamo.exc.Unsupported):
+        pydynamo.optimize("eager", fullgraph=True)(lambda x: x + 3)(x)
+
+
 def test_flag_read_guard_texts():
     from _compile import compile_fn
     c = compile_fn(_branch_on(lambda: torch._C._get_cudnn_allow_tf32()), backend="eager")
