@@ -67,6 +67,25 @@ class VariableTracker:
         return ""
 
 
+class TypeAttributes:
+    """``hasattr`` and attribute loads of a tracker that models an instance of a builtin class
+    (a list, a dict, a view, an iterator...): answered from its exact type as
+    ``object.__getattribute__`` answers (``descriptors.modelled_instance_attr``). Put before
+    VariableTracker among the bases."""
+
+    def own_attrs(self):
+        """The names in the instance's ``__dict__``: None where not known (or there is none)."""
+        return None
+
+    def has_attr(self, tx, name):
+        from .descriptors import modelled_has_attr
+        return modelled_has_attr(tx, self.python_type(), name, self.own_attrs())
+
+    def var_getattr(self, tx, name):
+        from .descriptors import modelled_getattr
+        return modelled_getattr(tx, self, name, self.own_attrs())
+
+
 class ObjectVariable(VariableTracker):
     """A Python object the trace holds as itself (a builtin, a torch function, a user function,
     a class, a Python module): its type, constant value and truth are the object's own, and it

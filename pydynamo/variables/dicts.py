@@ -3,7 +3,7 @@ the collections module (OrderedDict, defaultdict)."""
 import collections
 
 from ..exc import Unsupported
-from .base import VariableTracker, call_model
+from .base import TypeAttributes, VariableTracker, call_model
 from .constant import ConstantVariable, is_constant_value
 from .lists import TupleVariable
 
@@ -53,7 +53,7 @@ def key_var(tx, key):
     return wrap_value(tx, key, ConstObjectSource(key))
 
 
-class DictVariable(VariableTracker):
+class DictVariable(TypeAttributes, VariableTracker):
     """``items`` maps the real (constant) keys to trackers of the values, in insertion order."""
 
     def __init__(self, items, source=None):
@@ -75,18 +75,10 @@ class DictVariable(VariableTracker):
     def unpack_var_sequence(self, tx):
         return [key_var(tx, k) for k in self.items]
 
-    def _own_attrs(self):
+    def own_attrs(self):
         """The names in the instance dict (an OrderedDict has one): none where the trace made
         the object (it refuses attribute stores), not known where it was read from an input."""
         return () if self.source is None else None
-
-    def has_attr(self, tx, name):
-        from .descriptors import modelled_has_attr
-        return modelled_has_attr(tx, self.python_type(), name, self._own_attrs())
-
-    def var_getattr(self, tx, name):
-        from .descriptors import modelled_getattr
-        return modelled_getattr(tx, self, name, self._own_attrs())
 
     def _mutate(self, tx):
         tx.output.note_mutation(self)
@@ -240,7 +232,7 @@ def _mapping_items(tx, mapping, cls):
     return [(_key(k), mapping.call_method(tx, "__getitem__", [k], {})) for k in keys.unpack_var_sequence(tx)]
 
 
-class DictViewVariable(VariableTracker):
+class DictViewVariable(TypeAttributes, VariableTracker):
     """dict.keys() / values() / items() of a DictVariable (a live view, as in CPython)."""
 
     def __init__(self, dict_var, kind):
@@ -260,14 +252,6 @@ class DictViewVariable(VariableTracker):
 
     def truth(self, tx):
         return bool(self.dict_var.items)
-
-    def var_getattr(self, tx, name):
-        from .descriptors import modelled_getattr
-        return modelled_getattr(tx, self, name)
-
-    def has_attr(self, tx, name):
-        from .descriptors import modelled_has_attr
-        return modelled_has_attr(tx, self.python_type(), name)
 
     def call_method(self, tx, name, args, kwargs):
         if name == "__len__":

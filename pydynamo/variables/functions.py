@@ -6,7 +6,7 @@ from .. import bytecode_utils as bu
 from ..exc import DisabledFunctionError, ExceptionRaised, Unsupported
 from ..source import (AttrSource, ClosureSource, GetItemSource, GlobalSource, cell_contents_source,
                       function_global_source, type_lookup as raw_type_lookup)
-from .base import CellVariable, ObjectVariable, VariableTracker
+from .base import CellVariable, ObjectVariable, TypeAttributes, VariableTracker
 from .dicts import DictVariable
 from .lists import TupleVariable
 
@@ -340,7 +340,7 @@ def make_function(code, f_globals, defaults, kwdefaults, closure, annotations):
     return fn
 
 
-class GeneratorVariable(VariableTracker):
+class GeneratorVariable(TypeAttributes, VariableTracker):
     """A generator being inlined lazily: each next() runs its translator up to the next yield,
     so values are produced in the same order, and only as far, as CPython would."""
 
@@ -355,11 +355,6 @@ class GeneratorVariable(VariableTracker):
         if self.python_cls is None:
             raise Unsupported("the type of an iterator of the standard library's internals")
         return self.python_cls
-
-    def has_attr(self, tx, name):
-        """As the generator (or the C iterator a polyfill's generator stands for) answers."""
-        from .descriptors import modelled_has_attr
-        return modelled_has_attr(tx, self.python_type(), name)
 
     def truth(self, tx):
         return True

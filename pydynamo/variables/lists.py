@@ -6,7 +6,7 @@ import types
 import torch
 
 from ..exc import Unsupported
-from .base import VariableTracker, call_model
+from .base import TypeAttributes, VariableTracker, call_model
 from .constant import ConstantVariable
 
 
@@ -16,7 +16,7 @@ def _const_index(tx, index):
     return index.as_python_constant()
 
 
-class BaseListVariable(VariableTracker):
+class BaseListVariable(TypeAttributes, VariableTracker):
     python_cls = list
 
     def __init__(self, items, source=None):
@@ -72,17 +72,6 @@ class BaseListVariable(VariableTracker):
         if name == "__contains__" and len(args) == 1:
             return contains(tx, self.items, args[0])
         raise Unsupported(f"{self.python_cls.__name__}.{name}")
-
-    def var_getattr(self, tx, name):
-        from .descriptors import modelled_getattr
-        return modelled_getattr(tx, self, name)
-
-    def has_attr(self, tx, name):
-        """As the instance answers, from its type (descriptors.modelled_has_attr): exact where
-        instances have no attributes of their own (no ``__dict__``: plain sequences,
-        namedtuples); a name the type lacks is refused where they have one."""
-        from .descriptors import modelled_has_attr
-        return modelled_has_attr(tx, self.python_type(), name)
 
     def reconstruct(self, codegen):
         if self.source is not None:  # the same object (mutations were replayed into it)
@@ -172,10 +161,6 @@ class SizeVariable(TupleVariable):
 
     def as_python_constant(self):
         return torch.Size([item.as_python_constant() for item in self.items])
-
-    def var_getattr(self, tx, name):
-        from .descriptors import modelled_getattr
-        return modelled_getattr(tx, self, name)  # a method, called: call_method below
 
     def call_method(self, tx, name, args, kwargs):
         if name == "numel" and not args and not kwargs:
@@ -325,7 +310,7 @@ class SliceVariable(VariableTracker):
         codegen.load_const(self.as_python_constant())
 
 
-class ListIteratorVariable(VariableTracker):
+class ListIteratorVariable(TypeAttributes, VariableTracker):
     """An iterator over known items (what GET_ITER makes of lists, ranges, dicts, zip...).
 
     ``python_cls`` is the real type of the iterator it stands for (``range_iterator``,
@@ -359,10 +344,6 @@ class ListIteratorVariable(VariableTracker):
 
     def var_getattr(self, tx, name):
         return iterator_attribute(tx, self, name)
-
-    def has_attr(self, tx, name):
-        from .descriptors import modelled_has_attr
-        return modelled_has_attr(tx, self.python_type(), name)
 
     def call_method(self, tx, name, args, kwargs):
         return iterator_method(tx, self, name, args, kwargs)

@@ -25,7 +25,7 @@ import torch
 
 from .. import bytecode_utils as bu
 from ..exc import SideEffectError, Unsupported
-from .base import VariableTracker
+from .base import TypeAttributes, VariableTracker
 from .constant import ConstantVariable
 
 _ELEMENT_TYPES = (type(None), bool, int, float, complex, str, bytes, type(Ellipsis), torch.dtype)
@@ -88,7 +88,7 @@ class IteratesAs:
         return f"iterates as {list(self.order)!r}"
 
 
-class SetVariable(VariableTracker):
+class SetVariable(TypeAttributes, VariableTracker):
     """``value``: the replica (for a set read from an input: that object, never mutated).
     ``recipe``: ``(origin, steps)`` that rebuild the replica's table at run time (see
     ``codegen_recipe``), or None where the table is not known (a set computed from an input)."""
@@ -139,14 +139,6 @@ class SetVariable(VariableTracker):
     def make_iterator(self, tx):
         return SetIteratorVariable(self, self.unpack_var_sequence(tx))
 
-    def has_attr(self, tx, name):
-        from .descriptors import modelled_has_attr
-        return modelled_has_attr(tx, type(self.value), name)  # no instance __dict__
-
-    def var_getattr(self, tx, name):
-        from .descriptors import modelled_getattr
-        return modelled_getattr(tx, self, name)
-
     def mutate(self, tx):
         if self.source is not None:
             raise SideEffectError(f"mutation of {self}, a set that existed before the frame")
@@ -185,7 +177,7 @@ class SetVariable(VariableTracker):
         return repr(self.value) + ("" if self.recipe is not None else " (order unknown)")
 
 
-class SetIteratorVariable(VariableTracker):
+class SetIteratorVariable(TypeAttributes, VariableTracker):
     """``iter(s)``: the items in table order. A set changed while it is iterated makes CPython
     raise or walk its new table: refused. Not rebuilt at a graph break (refused too)."""
 
@@ -217,10 +209,6 @@ class SetIteratorVariable(VariableTracker):
     def var_getattr(self, tx, name):
         from .lists import iterator_attribute
         return iterator_attribute(tx, self, name)
-
-    def has_attr(self, tx, name):
-        from .descriptors import modelled_has_attr
-        return modelled_has_attr(tx, self.python_type(), name)
 
     def call_method(self, tx, name, args, kwargs):
         from .lists import iterator_method
