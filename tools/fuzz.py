@@ -40,6 +40,7 @@ number N of a seed), check.py (run, compare, shrink, report), workers.py (the su
 parent.py (spawning them, counting, printing); this file is the command line and main().
 """
 import argparse
+import importlib.util
 import os
 import sys
 
@@ -78,6 +79,12 @@ def main(argv=None):
         {"programs": workers.worker_programs, "soak": workers.worker_soak,
          "threads": workers.worker_threads}[a.worker](a)
         return 0
+    spec = importlib.util.find_spec("pydynamo")  # (not imported: the parent never loads torch)
+    if spec is None or spec.origin is None:  # (a namespace package: a stray folder, no package)
+        print("tools/fuzz.py: pydynamo is not importable by this Python "
+              f"({sys.executable}); install it first (pip install -e . in the repository root)",
+              file=sys.stderr)
+        return 2
     t = run_all(a)
     return int(any(t[k] for k in ("wrong", "raised", "crashed", "threads_wrong", "soak_findings")))
 
