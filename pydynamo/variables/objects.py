@@ -17,7 +17,7 @@ import types
 
 from ..exc import UnmodelledCallError, Unsupported
 from ..source import AttrSource, GenericAttrSource, GetItemSource, type_lookup as raw_type_lookup
-from .base import VariableTracker
+from .base import TypeAttributes, VariableTracker
 from .constant import ConstantVariable
 from .descriptors import (DELETED, MISSING, _generic, bind, call_transparent,
                           class_var, delattr_protocol, generic_delattr, generic_getattr,
@@ -680,7 +680,7 @@ def _as_list_items(items):
     return ListVariable(items)
 
 
-class InstanceDictVariable(VariableTracker):
+class InstanceDictVariable(TypeAttributes, VariableTracker):
     """``obj.__dict__``: a live view of the object's instance dict (reads and writes go to the
     object, as they do in CPython)."""
 
@@ -705,14 +705,6 @@ class InstanceDictVariable(VariableTracker):
             elif value is not DELETED and name not in keys:
                 keys.append(name)
         return keys
-
-    def var_getattr(self, tx, name):
-        from .descriptors import modelled_getattr
-        return modelled_getattr(tx, self, name)
-
-    def has_attr(self, tx, name):
-        from .descriptors import modelled_has_attr
-        return modelled_has_attr(tx, dict, name)
 
     def _key(self, key):
         k = key.as_python_constant()
@@ -889,4 +881,3 @@ class MappingProxyVariable(VariableTracker):
         codegen.load_function(types.MappingProxyType)
         codegen(self.mapping)
         codegen.append_call(1)
-
