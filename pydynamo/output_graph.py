@@ -68,6 +68,7 @@ class OutputGraph:
         self.new_code = None
         self.compiled_fn_name = None
         self.graph_module = None
+        self.subgraphs = {}  # attribute name -> GraphModule: the bodies of higher-order ops
         self.initial_grad_mode = torch.is_grad_enabled()
 
     # ---- building the graph -------------------------------------------------------------------
@@ -175,6 +176,25 @@ class OutputGraph:
         node = self.graph.call_function(torch.Size, (items,))
         node.meta["example_value"] = _fake_arg(var)
         return node
+
+    def install_subgraph(self, base, gm):
+        """A ``get_attr`` node for ``gm`` (a higher-order op's body), an attribute of the
+        graph's root module named ``base_N`` as torch.compile names them (``cond_true_0``)."""
+        k = 0
+        while f"{base}_{k}" in self.subgraphs:
+            k += 1
+        name = f"{base}_{k}"
+        self.subgraphs[name] = gm
+        node = self.graph.get_attr(name)
+        return node
+
+    def root_module(self, graph):
+        """A module holding the subgraphs that ``graph``'s get_attr nodes read."""
+        root = torch.nn.Module()
+        for node in graph.nodes:
+            if node.op == "get_attr" and node.target in self.subgraphs:
+                setattr(root, node.target, self.subgraphs[node.target])
+        return root
 
     def note_mutation(self, var):
         self.side_effects.mutate_container(var)
@@ -313,18 +333,25 @@ class OutputGraph:
             self.guards.ALIASING([s for s, _ in free], [v for _, v in free])
         self._guard_memory_overlap()
         _remove_dead_nodes(self.graph)
-        gm = torch.fx.GraphModule(torch.nn.Module(), self.graph)
+        gm = torch.fx.GraphModule(self.root_module(self.graph), self.graph)
         self.shapes.insert_runtime_asserts(gm, self.code.co_name)
         gm.recompile()
         self.graph_module = gm
         example_inputs = [value for _, value, _ in self.inputs.values()]
         try:
-            if self.shapes.used:
+            if self.shapes.used or self.subgraphs:
                 # as torch.compile does: the backend's fake tensors and guards (Inductor's
-                # divisibility assumptions) go to this graph's ShapeEnv, whose facts are guarded
+                # divisibility assumptions) go to this graph's ShapeEnv, whose facts are guarded;
+                # higher-order ops' bodies are retraced in it (a while_loop's unbacked sizes;
+                # Inductor lowers scan and map to while loops that index by ``.item()``)
                 from torch._guards import TracingContext, tracing
-                with tracing(TracingContext(self.fake_mode)):
-                    compiled = self.backend(gm, example_inputs)
+                saved = self.fake_mode.allow_scalar_outputs
+                self.fake_mode.allow_scalar_outputs = saved or bool(self.subgraphs)
+                try:
+                    with tracing(TracingContext(self.fake_mode)):
+                        compiled = self.backend(gm, example_inputs)
+                finally:
+                    self.fake_mode.allow_scalar_outputs = saved
             else:
                 compiled = self.backend(gm, example_inputs)
         except Exception as e:

@@ -19,6 +19,7 @@ from .base import GetAttrVariable
 from .autograd_function import AutogradFunctionApplyVariable, is_apply_method
 from .builtin import BuiltinVariable, is_supported_builtin
 from .checkpoint import CheckpointVariable, is_checkpoint
+from .higher_order import HigherOrderVariable, is_higher_order
 from .constant import ConstantVariable, is_constant_value
 from .dicts import DictVariable
 from .distributed import is_distributed_value, wrap_distributed
@@ -205,6 +206,7 @@ _TABLE = [
     (lambda v: isinstance(v, functools._lru_cache_wrapper), _identity(LruCacheVariable)),
     (lambda v: isinstance(v, logging.Logger), _identity(LoggerVariable)),
     (lambda v: type(v) in SPEC_INSTANCE_TYPES, wrap_spec_instance),
+    (is_higher_order, _identity(HigherOrderVariable)),
     (is_torch_callable, _identity(TorchVariable)),
     (is_supported_builtin, _identity(BuiltinVariable)),
     (is_checkpoint, _identity(CheckpointVariable)),

@@ -137,7 +137,7 @@ class Region:
         sub.output(tuple(env[o] for o in outputs))
         for node in reversed(nodes):
             graph.erase_node(node)
-        module = torch.fx.GraphModule(torch.nn.Module(), sub, class_name=name)
+        module = torch.fx.GraphModule(self.output.root_module(sub), sub, class_name=name)
         return module, lifted
 
 
