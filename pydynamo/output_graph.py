@@ -68,6 +68,7 @@ class OutputGraph:
         self.new_code = None
         self.compiled_fn_name = None
         self.graph_module = None
+        self.member_overrides = {}  # (id(module), table, name) -> tracker: functional_call's tensors
         self.subgraphs = {}  # attribute name -> GraphModule: the bodies of higher-order ops
         self.initial_grad_mode = torch.is_grad_enabled()
 

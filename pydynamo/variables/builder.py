@@ -20,6 +20,7 @@ from .autograd_function import AutogradFunctionApplyVariable, is_apply_method
 from .builtin import BuiltinVariable, is_supported_builtin
 from .checkpoint import CheckpointVariable, is_checkpoint
 from .higher_order import HigherOrderVariable, is_higher_order
+from .func_transforms import FuncTransformVariable, is_func_transform
 from .constant import ConstantVariable, is_constant_value
 from .dicts import DictVariable
 from .distributed import is_distributed_value, wrap_distributed
@@ -207,6 +208,7 @@ _TABLE = [
     (lambda v: isinstance(v, logging.Logger), _identity(LoggerVariable)),
     (lambda v: type(v) in SPEC_INSTANCE_TYPES, wrap_spec_instance),
     (is_higher_order, _identity(HigherOrderVariable)),
+    (is_func_transform, _identity(FuncTransformVariable)),
     (is_torch_callable, _identity(TorchVariable)),
     (is_supported_builtin, _identity(BuiltinVariable)),
     (is_checkpoint, _identity(CheckpointVariable)),

@@ -61,6 +61,9 @@ class NNModuleVariable(VariableTracker):
             return GetAttrVariable(self, name)  # called: call_method models it
         for table in ("_parameters", "_buffers", "_modules"):
             if name in d.get(table, {}):
+                override = tx.output.member_overrides.get((id(mod), table, name))
+                if override is not None and name not in d:  # torch.func.functional_call's tensor
+                    return override
                 member = None
                 if self.source is not None:
                     member = ModuleMemberSource(self.source, table, name)
@@ -128,6 +131,8 @@ class NNModuleVariable(VariableTracker):
         members are read like ``self.<key>`` (same sources, so the same graph inputs)."""
         from .builder import wrap_value
         members = self.module.__dict__[table]
+        if any(k[0] == id(self.module) for k in tx.output.member_overrides):
+            raise Unsupported("a module's parameter or buffer tables walked inside functional_call")
         if self.source is not None:
             tx.output.guards.DICT_KEYS(self._src(table), members)
         return [(k, wrap_value(tx, v, ModuleMemberSource(self.source, table, k) if self.source is not None else None))
