@@ -134,6 +134,10 @@ class _Apply:
             result = self.transform(fn, **self.opts)(*args)
         elif self.name == "jvp":
             result = self.transform(fn, args[0], args[1], **self.opts)
+        elif self.name == "linearize":
+            # linearize's own jvp_fn is a graph it traces with make_fx, which cannot run inside
+            # a backend's tracing; the same linear map is jvp at the primals
+            result = (fn(*args), lambda *t: torch.func.jvp(fn, tuple(args), t)[1])
         else:
             result = self.transform(fn, *args, **self.opts)
         if self.then is not None:
