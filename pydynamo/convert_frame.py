@@ -16,7 +16,7 @@ import weakref
 
 import torch
 
-from . import _C, config, debug, logs
+from . import _C, config, debug, logs, stance
 from .exc import BackendCompilerFailed, Unsupported
 
 _PYDYNAMO_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -350,6 +350,15 @@ def cache_key(backend, fullgraph, dynamic):
     return key
 
 
+_COMPILE = object()  # _by_stance: go on and compile
+_seen_eagerly = weakref.WeakKeyDictionary()  # codes whose first call ran eagerly (eager_then_compile)
+
+
+def _has_tensor(frame):
+    import torch
+    return any(isinstance(v, (torch.Tensor, torch.nn.Module)) for v in frame.f_locals.values())
+
+
 class ConvertFrame:
     def __init__(self, backend, fullgraph=False, dynamic=None):
         from .backends.distributed import ddp_aware
@@ -377,6 +386,10 @@ class ConvertFrame:
         """Compile ``frame`` (its code has ``cache_size`` entries, none of which took it), or not:
         what the hook is answered."""
         code = frame.f_code
+        if stance.current.stance != "default":
+            held = self._by_stance(frame, code, cache_size)
+            if held is not _COMPILE:
+                return held
         instance = _module_instance(frame, code)
         if _over_limit(code, instance, cache_size):
             self._cache_limit_reached(frame, code)
@@ -393,6 +406,22 @@ class ConvertFrame:
             except TypeError:  # not weakly referenceable, or unhashable
                 pass
         return entry
+
+    def _by_stance(self, frame, code, cache_size):
+        """What a miss does under a stance other than the default (stance.py)."""
+        name = stance.current.stance
+        if name == "eager_then_compile":
+            if code in _seen_eagerly:
+                return _COMPILE
+            _seen_eagerly[code] = True
+            return None  # this call runs eagerly; the next miss compiles
+        if name == "fail_on_recompile" and _has_tensor(frame):
+            err = RuntimeError(f"Detected recompile when the pydynamo stance is 'fail_on_recompile': "
+                               f"{_where(code)} ({cache_size} entries, none of which took this call"
+                               + (f": {self._failures(frame, code)})" if cache_size else ")"))
+            err._pydynamo_propagate = True
+            raise err
+        return _COMPILE
 
     def _convert(self, frame, code):
         """One trace; a trace with symbolic sizes that fails in a way a static one might not

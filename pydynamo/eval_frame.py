@@ -9,7 +9,7 @@ import inspect
 
 import torch
 
-from . import _C
+from . import _C, stance
 from .api import compiling_in_this_thread
 from .backends import lookup_backend
 from .convert_frame import ConvertFrame, request_compile
@@ -24,7 +24,7 @@ class OptimizeContext:
         self._prev = []
 
     def __enter__(self):
-        self._prev.append(_C.set_eval_frame(self.setting))
+        self._prev.append(_C.set_eval_frame(stance.setting_for(self.setting)))
         return self
 
     def __exit__(self, *exc):
@@ -55,7 +55,7 @@ class OptimizeContext:
         @functools.wraps(fn)
         def _fn(*args, **kwargs):
             _refuse_foreign_tracing(fn)
-            prev = _C.set_eval_frame(setting)
+            prev = _C.set_eval_frame(stance.setting_for(setting))
             try:
                 return fn(*args, **kwargs)
             finally:

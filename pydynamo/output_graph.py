@@ -69,6 +69,8 @@ class OutputGraph:
         self.compiled_fn_name = None
         self.graph_module = None
         self.member_overrides = {}  # (id(module), table, name) -> tracker: functional_call's tensors
+        self.region_bodies = {}  # body signature -> attribute name (compile_region.py)
+        self.inline_regions = set()  # codes of marked functions to inline (compile_region.py)
         self.subgraphs = {}  # attribute name -> GraphModule: the bodies of higher-order ops
         self.initial_grad_mode = torch.is_grad_enabled()
 

@@ -28,6 +28,7 @@ from .variables.exceptions import CALLER_EXC_INFO, ExceptionVariable
 from .variables.functions import check_suspended_generators, closure_cell
 from .variables.lists import ListIteratorVariable, TupleVariable
 from .variables.builder import wrap_value
+from .variables.compile_region import InlineRegion
 
 
 class TranslatorBase(OpcodeHandlers):
@@ -522,6 +523,7 @@ def convert(code, f_globals, f_builtins, f_locals, closure, backend, *, fullgrap
     backend = lookup_backend(backend)
     grad_mode, dtype = torch.is_grad_enabled(), torch.get_default_dtype()
     break_at = None
+    inline_regions = set()
     # ops on fake tensors must not call the saved-tensor hooks active now (checkpoint's,
     # save_on_cpu's, a user's): they run on what the compiled graph saves, when it runs
     hooks_tracing = torch._C._autograd._saved_tensors_hooks_set_tracing(True)
@@ -536,9 +538,14 @@ def convert(code, f_globals, f_builtins, f_locals, closure, backend, *, fullgrap
             tx.output.guards.DEFAULT_DTYPE()
             tx.output.guards.AUTOCAST()
             tx.output.guards.TORCH_FUNCTION_MODE()
+            tx.output.inline_regions = inline_regions
             try:
                 tx.run()
                 break
+            except InlineRegion as region:  # a nested compile region that must be inlined
+                if region.code in inline_regions:
+                    raise AssertionError("a region to inline was traced as a region again") from None
+                inline_regions.add(region.code)
             except RestartAnalysis as restart:
                 if break_at is not None:
                     raise AssertionError("a trace failed before the break found by the last one")

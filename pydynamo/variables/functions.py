@@ -157,6 +157,9 @@ class UserFunctionVariable(ObjectVariable):
             return args[0].run_torch_init(tx, fn, args[1:], kwargs)  # a module the trace creates
         if args and hasattr(args[0], "is_call_impl") and args[0].is_call_impl(fn):
             return args[0].call_impl(tx, fn, args[1:], kwargs)  # nn.Module.__call__ (hooks.py)
+        if hasattr(fn, "__marked_compile_region_fn__"):  # torch.compiler.nested_compile_region
+            from .compile_region import call_compile_region, marked_region
+            return call_compile_region(tx, self, marked_region(fn), args, kwargs)
         if getattr(fn, "_pydynamo_disabled", False):
             raise DisabledFunctionError(f"call to {fn.__qualname__}, which is decorated with "
                                         "pydynamo.disable")

@@ -238,14 +238,16 @@ def _copy_placeholder(graph, ph, name):
 
 # ---- the node ---------------------------------------------------------------------------------
 
-def emit(tx, op, args, what):
+def emit(tx, op, args, what, value=None):
     """One node ``op(*args)`` in the frame's graph (args: nodes, get_attr nodes, tuples of
-    them, constants); its value computed by running ``op`` on the fake values. Returns the
-    trackers of its result's items (a tuple or list of tensors)."""
-    from torch.fx.experimental.proxy_tensor import enable_python_dispatcher  # noqa: F401
+    them, constants); its value computed by running ``op`` on the fake values, unless given.
+    Returns the trackers of its result's items (a tuple or list of tensors)."""
     import contextlib
-    from torch._C import _DisableTorchDispatch  # noqa: F401
     out = tx.output
+    if value is not None:
+        node = out.graph.create_node("call_function", op, args, {})
+        node.meta["example_value"] = value
+        return _items(tx, node, value)
 
     def fake(n):
         if n.op == "get_attr":
