@@ -10,6 +10,7 @@ import functools as _functools
 from torch.compiler import is_compiling  # pydynamo's trace reads it True, as torch.compile's
 
 from . import _C, config, debug, logs
+from . import compiler  # noqa: E402 - torch.compiler's names (set_stance, nested_compile_region...)
 from .api import allow_in_graph, disallow_in_graph, graph_break
 from .backends import list_backends, lookup_backend, register_backend
 from .eval_frame import OptimizedModule, assume_constant_result, disable, optimize, run, run_only
@@ -74,4 +75,4 @@ def _clear_shape_env_caches():
 __all__ = ["optimize", "compile", "disable", "assume_constant_result", "reset", "explain", "ExplainOutput", "run", "run_only",
            "list_backends", "lookup_backend", "register_backend", "OptimizedModule", "config", "mark_dynamic", "mark_static",
            "maybe_mark_dynamic", "mark_static_address", "graph_break", "allow_in_graph", "disallow_in_graph",
-           "is_compiling", "export", "exported_program", "ExportResult"]
+           "is_compiling", "export", "exported_program", "ExportResult", "compiler"]

@@ -40,6 +40,44 @@ def disallow_in_graph(fn):
     return _set_mark(fn, "disallow", disallow_in_graph)
 
 
+_substitutes = {}  # id(original) -> (original, replacement, can_constant_fold_through)
+
+
+def substitute_in_graph(original_fn, *, can_constant_fold_through=False, skip_signature_check=False):
+    """A decorator: the trace calls the decorated Python function where the program calls
+    ``original_fn`` (a C function, usually), as ``torch.compiler.substitute_in_graph``. Eager
+    calls still call ``original_fn``; the replacement must compute the same (the user's
+    promise). With ``can_constant_fold_through``, a call whose arguments are all constants
+    calls ``original_fn`` itself while tracing and keeps the result."""
+    if not callable(original_fn):
+        raise TypeError(f"substitute_in_graph expects a callable, not {type(original_fn).__name__}")
+
+    def register(fn):
+        if not callable(fn):
+            raise TypeError(f"substitute_in_graph: the replacement must be callable, not {type(fn).__name__}")
+        if not skip_signature_check:
+            import inspect
+            try:
+                a, b = inspect.signature(original_fn), inspect.signature(fn)
+            except (TypeError, ValueError):
+                a = b = None
+            if a is not None and [p.kind for p in a.parameters.values()] != [p.kind for p in b.parameters.values()]:
+                raise TypeError(f"substitute_in_graph: the signature of {getattr(fn, '__qualname__', fn)} {b} "
+                                f"does not match {getattr(original_fn, '__qualname__', original_fn)} {a} "
+                                "(pass skip_signature_check=True to register it anyway)")
+        _substitutes[id(original_fn)] = (original_fn, fn, bool(can_constant_fold_through))
+        return fn
+    return register
+
+
+def substitute_of(value):
+    """(replacement, can_constant_fold_through) registered for ``value``, or None."""
+    entry = _substitutes.get(id(value))
+    if entry is not None and entry[0] is value:
+        return entry[1:]
+    return None
+
+
 def _set_mark(fn, kind, api):
     if isinstance(fn, (list, tuple)):
         return [api(f) for f in fn]

@@ -8,6 +8,7 @@ with no reference cycle through co_extra), and assembles the new code object.
 """
 import contextlib
 import itertools
+import operator
 import weakref
 
 import torch
@@ -71,6 +72,7 @@ class OutputGraph:
         self.member_overrides = {}  # (id(module), table, name) -> tracker: functional_call's tensors
         self.region_bodies = {}  # body signature -> attribute name (compile_region.py)
         self.inline_regions = set()  # codes of marked functions to inline (compile_region.py)
+        self.gather_indexing = 0  # tracing a body torch maps with vmap (flex_attention.py)
         self.subgraphs = {}  # attribute name -> GraphModule: the bodies of higher-order ops
         self.initial_grad_mode = torch.is_grad_enabled()
 
@@ -135,6 +137,9 @@ class OutputGraph:
     def call_graph(self, tx, kind, target, args, kwargs):
         """Record ``target(*args, **kwargs)`` (``kind``: call_function / call_method)."""
         from .variables.tensor import wrap_fx_value
+        fake_target = target
+        if self.gather_indexing and target is operator.getitem:
+            fake_target = _as_gather(args)
         fake_args, fake_kwargs = _map(args, _fake_arg), {k: _fake_arg(v) for k, v in kwargs.items()}
         what = target if isinstance(target, str) else getattr(target, "__name__", repr(target))
         self.shapes.drop_unbound()
@@ -149,7 +154,7 @@ class OutputGraph:
                 if kind == "call_method":
                     value = getattr(fake_args[0], target)(*fake_args[1:], **fake_kwargs)
                 else:
-                    value = target(*fake_args, **fake_kwargs)
+                    value = fake_target(*fake_args, **fake_kwargs)
         except (DataDependentOutputException, DynamicOutputShapeException) as e:
             raise Unsupported(f"{what}: output depends on tensor data ({type(e).__name__})") from None
         except UnsupportedOperatorException as e:
@@ -439,6 +444,22 @@ def _raises_for_its_dtypes(node):
     except Exception:  # noqa: BLE001 - the real op raises: keep it
         return True
     return False
+
+
+def _as_gather(args):
+    """``x[i, j]`` with integer tensors ``i, j`` inside a body torch runs under vmap (a
+    flex_attention score_mod): there the indices are batched and Python's indexing is a gather
+    (``aten.index``), not the scalar indexing a 0-d index means outside vmap. The node stays a
+    getitem (as torch.compile's); its value is the gather's."""
+    from .variables.lists import TupleVariable
+    from .variables.tensor import TensorVariable
+    obj, index = args
+    parts = index.items if type(index) is TupleVariable else [index]
+    if isinstance(obj, TensorVariable) and parts and all(
+            isinstance(p, TensorVariable) and not p.example_value.dtype.is_floating_point
+            and p.example_value.dtype != torch.bool for p in parts):
+        return lambda x, i: torch.ops.aten.index.Tensor(x, list(i) if isinstance(i, tuple) else [i])
+    return operator.getitem
 
 
 def _remove_dead_nodes(graph):

@@ -20,7 +20,10 @@ from .autograd_function import AutogradFunctionApplyVariable, is_apply_method
 from .builtin import BuiltinVariable, is_supported_builtin
 from .checkpoint import CheckpointVariable, is_checkpoint
 from .higher_order import HigherOrderVariable, is_higher_order
+from .marked import SubstitutedVariable
+from ..api import substitute_of
 from .func_transforms import FuncTransformVariable, is_func_transform
+from .flex_attention import FlexAttentionVariable, is_flex_attention
 from .constant import ConstantVariable, is_constant_value
 from .dicts import DictVariable
 from .distributed import is_distributed_value, wrap_distributed
@@ -199,6 +202,7 @@ _TABLE = [
     (lambda v: type(v) is range, _equal_constant(RangeVariable)),
     (lambda v: type(v) is slice, _equal_constant(
         lambda s: SliceVariable(*(ConstantVariable(p) for p in (s.start, s.stop, s.step))))),
+    (lambda v: substitute_of(v) is not None, _identity(SubstitutedVariable)),
     (is_marked, _identity(MarkedFunctionVariable)),  # graph_break, allow_in_graph, disallow_in_graph
     (lambda v: any(v is c for c in _TORCH_CLASSES), _identity(TorchVariable)),
     (ctx.is_context_manager_object, ctx.wrap_context_manager),
@@ -209,6 +213,7 @@ _TABLE = [
     (lambda v: type(v) in SPEC_INSTANCE_TYPES, wrap_spec_instance),
     (is_higher_order, _identity(HigherOrderVariable)),
     (is_func_transform, _identity(FuncTransformVariable)),
+    (is_flex_attention, _identity(FlexAttentionVariable)),
     (is_torch_callable, _identity(TorchVariable)),
     (is_supported_builtin, _identity(BuiltinVariable)),
     (is_checkpoint, _identity(CheckpointVariable)),

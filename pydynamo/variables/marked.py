@@ -80,3 +80,20 @@ def _holds_graph_value(var):
     from .sym import SymNodeVariable
     from .tensor import TensorVariable
     return any(isinstance(v, (TensorVariable, SymNodeVariable)) for v in walk_values([var]))
+
+
+class SubstitutedVariable(ObjectVariable):
+    """A function with a replacement registered by ``substitute_in_graph``: its calls trace the
+    replacement (or, with ``can_constant_fold_through`` and constant arguments, call it)."""
+
+    def call_function(self, tx, args, kwargs):
+        from ..api import substitute_of
+        from .builder import wrap_constant
+        from .functions import UserFunctionVariable
+        replacement, fold = substitute_of(self.value)
+        if fold and all(a.is_python_constant() for a in [*args, *kwargs.values()]):
+            return wrap_constant(self.value(*(a.as_python_constant() for a in args),
+                                            **{k: v.as_python_constant() for k, v in kwargs.items()}))
+        if not isinstance(replacement, types.FunctionType):
+            raise Unsupported(f"the replacement of {self.value!r} is not a Python function")
+        return UserFunctionVariable(replacement).call_function(tx, list(args), dict(kwargs))

@@ -1,0 +1,212 @@
+"""``torch.nn.attention.flex_attention.flex_attention`` captured as torch.compile captures it:
+``score_mod`` and the block mask's ``mask_mod`` are traced by the same translator into subgraphs
+(with the 0-d stand-ins torch traces them with: the score in the query's dtype, the batch,
+head, query and key indices as int32), and the frame's graph gets one node that calls torch's
+``flex_attention`` higher-order operator with them. Inductor lowers that operator to its fused
+attention kernel; the ``eager`` backend runs the operator's reference implementation, which is
+what eager ``flex_attention`` runs.
+
+The checks and defaults of torch's ``flex_attention`` (input validation, the default scale and
+block mask, kernel options) are made while tracing by calling torch's own helpers on the fake
+inputs, so they follow the installed torch; anything they reject runs natively (and raises as
+eager does). A ``block_mask`` is read attribute by attribute (its tensors become graph inputs,
+its block sizes and lengths are guarded); one created inside the trace is refused.
+"""
+import inspect
+import math
+
+import torch
+
+from ..exc import Unsupported
+from .base import ObjectVariable
+from .higher_order import _as_tracker, trace_body, unify
+
+_BLOCK_TENSORS = ("kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices", "q_num_blocks",
+                  "q_indices", "full_q_num_blocks", "full_q_indices", "dq_write_order", "dq_write_order_full",
+                  "dq_kv_order", "dq_kv_order_spt")
+
+
+def is_flex_attention(value):
+    fa = _module()
+    return fa is not None and value is fa.flex_attention
+
+
+def _module():
+    import sys
+    return sys.modules.get("torch.nn.attention.flex_attention")
+
+
+class FlexAttentionVariable(ObjectVariable):
+    def call_function(self, tx, args, kwargs):
+        try:
+            bound = inspect.signature(self.value).bind(*args, **kwargs)
+        except TypeError as e:
+            raise Unsupported(f"flex_attention() called with {e}") from None
+        bound.apply_defaults()
+        return _flex(tx, {k: _as_tracker(v) for k, v in bound.arguments.items()})
+
+
+def _constant(var, what):
+    if not var.is_python_constant():
+        raise Unsupported(f"flex_attention's {what} must be a constant")
+    return var.as_python_constant()
+
+
+def _flex(tx, a):
+    from .constant import ConstantVariable
+    from .tensor import TensorVariable
+    fa = _module()
+    q, k, v = a["query"], a["key"], a["value"]
+    if not all(isinstance(t, TensorVariable) for t in (q, k, v)):
+        raise Unsupported("flex_attention's query, key and value must be tensors")
+    scale = _constant(a["scale"], "scale")
+    enable_gqa = _constant(a["enable_gqa"], "enable_gqa")
+    return_lse = _constant(a["return_lse"], "return_lse")
+    kernel_options = _constant(a["kernel_options"], "kernel_options")
+    if not (isinstance(a["return_aux"], ConstantVariable) and a["return_aux"].value is None):
+        raise Unsupported("flex_attention(return_aux=...) is not captured (runs natively)")
+    fq, fk, fv = (t.example_value for t in (q, k, v))
+    for t in (fq, fk, fv):
+        for d in (-3, -1):
+            if t.dim() >= 3 and isinstance(t.size(d), torch.SymInt):
+                raise Unsupported("flex_attention with a symbolic number of heads or head size")
+    try:
+        with tx.output.fake_mode:
+            fa._validate_no_nested_tensors(fq, fk, fv)
+            fa._validate_sdpa_input(fq, fk, fv, allow_lowp_kv=True)
+            fa._validate_embed_dim(fq, fk, fv)
+            fa._validate_device(fq, fk, fv)
+            laid = fa._enforce_mem_layouts(fq, fk, fv)
+            options = fa._apply_kernel_options(fq, fk, fv, return_lse, kernel_options, None)
+    except Exception as e:  # noqa: BLE001 - eager raises the same: the call runs natively
+        raise Unsupported(f"flex_attention: {type(e).__name__}: {e}") from None
+    if any(x is not y for x, y in zip(laid, (fq, fk, fv))):
+        raise Unsupported("flex_attention of float8 inputs in another memory layout (torch copies them)")
+    if fq.dim() != 4 or fk.dim() != 4 or fv.dim() != 4:
+        raise Unsupported("flex_attention: query, key and value must be 4-D (torch raises)")
+    if not enable_gqa and fq.size(-3) != fk.size(-3) or enable_gqa and fq.size(1) % fk.size(1):
+        raise Unsupported("flex_attention: the numbers of query and key heads do not match (torch raises)")
+    block = _block_mask(tx, a["block_mask"], fq, fk)
+    if fq.size(0) != fk.size(0) and (block is None or block[1][0].example_value.size(0) != fq.size(0)):
+        raise Unsupported("flex_attention: query and key batch sizes differ (torch raises)")
+    if scale is None:
+        scale = 1.0 / math.sqrt(fq.size(-1))
+    score_mod = a["score_mod"]
+    if isinstance(score_mod, ConstantVariable) and score_mod.value is None:
+        from .functions import UserFunctionVariable
+        score_mod = UserFunctionVariable(fa._identity)
+    idx = lambda: _index(tx, fq.device)  # noqa: E731
+    with tx.output.fake_mode:
+        score_example = torch.empty((), dtype=fq.dtype, device=fq.device)
+    score = _vmapped_body(tx, score_mod, [score_example, idx(), idx(), idx(), idx()], "flex_attention's score_mod")
+    if len(score.out_leaves) != 1:
+        raise Unsupported("flex_attention's score_mod must return one tensor")
+    (score_gm,), score_lifted = unify([score])
+    _single(score_gm)
+    if block is None:
+        from .functions import UserFunctionVariable
+        mask_fn, consts, tensors = UserFunctionVariable(fa.noop_mask), None, []
+    else:
+        mask_fn, consts, tensors = block
+    mask = _vmapped_body(tx, mask_fn, [idx(), idx(), idx(), idx()], "the block mask's mask_mod")
+    if len(mask.out_leaves) != 1:
+        raise Unsupported("the block mask's mask_mod must return one tensor")
+    (mask_gm,), mask_lifted = unify([mask])
+    _single(mask_gm)
+    out = tx.output
+    site = _FlexSite(consts, [t is not None for t in tensors], scale, options, return_lse,
+                     len(score_lifted), len(mask_lifted))
+    args = (q.node, k.node, v.node, out.install_subgraph("sdpa_score", score_gm),
+            out.install_subgraph("sdpa_mask", mask_gm), *(t.node for t in tensors if t is not None),
+            *score_lifted, *mask_lifted)
+    from .higher_order import emit
+    items = emit(tx, site, args, "flex_attention")
+    if return_lse:
+        from .lists import TupleVariable
+        return TupleVariable(items)
+    return items[0]
+
+
+def _vmapped_body(tx, fn, examples, what):
+    """A body torch runs under vmap over the indices: tensor indexing there gathers."""
+    tx.output.gather_indexing += 1
+    try:
+        return trace_body(tx, fn, examples, list, what)
+    finally:
+        tx.output.gather_indexing -= 1
+
+
+def _single(gm):
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    output.args = (output.args[0][0],)
+    gm.recompile()
+
+
+def _index(tx, device):
+    with tx.output.fake_mode:
+        return torch.empty((), dtype=torch.int32, device=device)
+
+
+def _block_mask(tx, var, fq, fk):
+    """None for no block mask; else (mask_mod tracker, (seq_lengths, BLOCK_SIZE), [tensor
+    trackers or None in as_tuple's order]), with the checks torch's flex_attention makes."""
+    from .constant import ConstantVariable
+    from .tensor import TensorVariable
+    fa = _module()
+    if isinstance(var, ConstantVariable) and var.value is None:
+        return None
+    value = getattr(var, "value", None)
+    if type(value) is not fa.BlockMask or var.source is None:
+        raise Unsupported("flex_attention's block_mask must be a BlockMask made outside the compiled code")
+    tensors = []
+    for name in _BLOCK_TENSORS:
+        t = var.var_getattr(tx, name)
+        if not (isinstance(t, TensorVariable) or isinstance(t, ConstantVariable) and t.value is None):
+            raise Unsupported(f"the block mask's {name} is {t}")
+        tensors.append(t if isinstance(t, TensorVariable) else None)
+    seq = _constant(var.var_getattr(tx, "seq_lengths"), "block mask's seq_lengths")
+    size = _constant(var.var_getattr(tx, "BLOCK_SIZE"), "block mask's BLOCK_SIZE")
+    mask_mod = var.var_getattr(tx, "mask_mod")
+    if getattr(mask_mod, "value", None) is fa._sliced_mask_mod_error:
+        raise Unsupported("flex_attention with the mask_mod of a sliced BlockMask (torch raises)")
+    large = fa._LARGE_SPARSE_BLOCK_SIZE
+    if not (size[0] == large and size[1] == large) and (fq.size(-2) != seq[0] or fk.size(-2) != seq[1]):
+        raise Unsupported("flex_attention: the block mask was made for other sequence lengths (torch raises)")
+    if tensors[0].example_value.device != fq.device:
+        raise Unsupported("flex_attention: the block mask is on another device than q/k/v (torch raises)")
+    return mask_mod, (tuple(seq), tuple(size)), tensors
+
+
+class _FlexSite:
+    """The node of one flex_attention call: ``site(q, k, v, score_gm, mask_gm, *block mask
+    tensors, *score_mod buffers, *mask_mod buffers)`` calls torch's higher-order operator and
+    returns ``(out,)`` or ``(out, lse)`` as ``flex_attention`` returns them."""
+
+    __name__ = __qualname__ = "flex_attention"
+
+    def __init__(self, consts, present, scale, options, return_lse, n_score, n_mask):
+        self.consts, self.present, self.scale, self.options = consts, present, scale, options
+        self.return_lse, self.n_score, self.n_mask = return_lse, n_score, n_mask
+
+    def __call__(self, q, k, v, score_gm, mask_gm, *rest):
+        from torch._higher_order_ops.flex_attention import flex_attention as flex_hop
+        fa = _module()
+        n_block = sum(self.present)
+        block_tensors, rest = rest[:n_block], rest[n_block:]
+        score_bufs, mask_bufs = tuple(rest[:self.n_score]), tuple(rest[self.n_score:])
+        if self.consts is None:
+            block = fa._create_empty_block_mask(q, k).as_tuple()[:-1]
+        else:
+            it = iter(block_tensors)
+            seq, size = self.consts
+            block = (*seq, *(next(it) if p else None for p in self.present), *size)
+        out, lse, _max = flex_hop(q, k, v, score_gm, (*block, mask_gm), self.scale, self.options,
+                                  score_bufs, mask_bufs)
+        if not self.return_lse:
+            return (out,)
+        if self.options.get("BACKEND") != "FLASH":
+            lse = lse * math.log(2.0)
+        return (out, lse)
+
+    def __repr__(self):
+        return "flex_attention"
