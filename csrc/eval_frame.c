@@ -17,6 +17,7 @@ typedef struct {
                           under another key are not this setting's to serve (another backend or options) */
     PyObject *key_of, *key_cached; /* a weak reference to the last setting whose key was read, and
                                       that key (strong): the setting itself is not kept alive */
+    _PyInterpreterFrame *passing;  /* the frame we handed to the evaluator below us (see run_normally) */
 } ThreadState;
 
 static _Thread_local ThreadState tls;
@@ -35,9 +36,17 @@ static Py_ssize_t n_reinstalls = 0, n_hits = 0, n_misses = 0, n_callbacks = 0;
 
 static PyObject *pyd_eval_frame(PyThreadState *, _PyInterpreterFrame *, int);
 
+/* The evaluator below us may chain back to us (torch._dynamo's shim, installed below us and
+ * then again above us, chains to whatever it found when it switched on): the same frame coming
+ * back while we pass it down is evaluated by CPython itself, which ends the cycle. */
 static inline PyObject *run_normally(PyThreadState *tstate, _PyInterpreterFrame *frame, int throwflag)
 {
-    return prev_eval ? prev_eval(tstate, frame, throwflag) : _PyEval_EvalFrameDefault(tstate, frame, throwflag);
+    if (prev_eval == NULL || frame == tls.passing) return _PyEval_EvalFrameDefault(tstate, frame, throwflag);
+    _PyInterpreterFrame *saved = tls.passing;
+    tls.passing = frame;
+    PyObject *r = prev_eval(tstate, frame, throwflag);
+    tls.passing = saved;
+    return r;
 }
 
 static void install(PyInterpreterState *interp, _PyFrameEvalFunction current)
@@ -424,6 +433,7 @@ static PyObject *pyd_eval_frame(PyThreadState *tstate, _PyInterpreterFrame *fram
 {
     PyCodeObject *co = PYD_FRAME_CODE(frame);
     PyObject *setting = tls.setting;
+    if (frame == tls.passing) return _PyEval_EvalFrameDefault(tstate, frame, throwflag); /* a cycle */
     if (setting == NULL) {
         if (co == probe_code) tls.probe_seen = 1;
         else if (active_threads == 0 && installed) update_installation(); /* someone put us back */

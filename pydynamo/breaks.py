@@ -433,6 +433,26 @@ ENTRIES = [
            r" raises \w+(\(.*\))?$", r"leaves a context manager entered"),
           example="the checkpointed function changes state outside it (a side effect the "
                   "subgraph cannot replay)"),
+    Break("PD806", "a higher-order operator called in a form not captured",
+          "torch.cond, while_loop, scan, associative_scan, control_flow.map, flex_attention, "
+          "the torch.func transforms and nested_compile_region take functions, which are traced "
+          "whole into subgraphs: each body must be a pure function of tensors, returning "
+          "tensors that are not its inputs, and the operator's own arguments must be known while "
+          "tracing (dims, options, a BlockMask made outside the compiled code). A body that "
+          "cannot be captured whole makes the whole call run natively (torch requires the whole "
+          "body), or, for a nested compile region, the call is inlined.",
+          "keep the bodies plain tensor code (no prints, no .item(), no side effects), return "
+          "fresh tensors (a clone instead of an input), and pass the operator's options as "
+          "constants",
+          (r"^torch\.cond", r"^while_loop", r"^scan", r"^associative_scan", r"^map('s| without)",
+           r"^torch\.func", r"flex_attention", r"block mask", r"^functional_call",
+           r"nested compile region", r"^a body returns", r"^keyword arguments to a (vmapped|torch\.func)",
+           r"^a function nested in torch\.func", r"^the function (returned by )?torch\.func",
+           r"cannot be captured whole", r"^what .* returns must be tensors",
+           r"^a module's parameter or buffer tables walked inside functional_call", r"^higher-order op",
+           r"^keyword arguments to torch\.func", r"^the replacement of .* is not a Python function"),
+          example="torch.cond's true_fn (model.py:12) cannot be captured whole (torch traces the whole "
+                  "body): print() is not captured"),
     Break("PD801", "an autograd.Function the trace cannot capture",
           "A custom autograd.Function's forward is traced into the graph and its backward into "
           "a separate graph autograd calls later. That needs forward and backward to be plain "

@@ -237,7 +237,8 @@ def _fake_result(tx, site, node_args, what):
         with tx.output.fake_mode:
             return site.result(*[n.meta["example_value"] for n in node_args])
     except Exception as e:  # noqa: BLE001 - the transform's own checks: eager raises the same
-        raise Unsupported(f"{what}: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}") from None
+        raise Unsupported(f"higher-order op {what} failed on fake tensors: {type(e).__name__}: "
+                          f"{str(e).splitlines()[0][:200] if str(e) else ''}") from None
 
 
 def _index_in(result, fn):

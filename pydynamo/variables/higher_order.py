@@ -62,7 +62,7 @@ class HigherOrderVariable(ObjectVariable):
         try:
             bound = inspect.signature(self.value).bind(*args, **kwargs)
         except TypeError as e:  # eager raises it: the call runs natively and raises
-            raise Unsupported(f"{self.value.__name__}() called with {e}") from None
+            raise Unsupported(f"higher-order op {self.value.__name__}() called with {e}") from None
         bound.apply_defaults()
         arguments = {k: _as_tracker(v) for k, v in bound.arguments.items()}
         return _public()[self.value](tx, arguments)
@@ -124,7 +124,8 @@ def _tensor_leaves(var, what):
     leaves, rebuild = _flatten(var)
     for leaf in leaves:
         if not isinstance(leaf, TensorVariable):
-            raise Unsupported(f"{what} must be tensors (or tuples, lists, dicts of them), not {leaf}")
+            raise Unsupported(f"higher-order op operands: {what} must be tensors (or tuples, lists, dicts of them), "
+                              f"not {leaf}")
     return leaves, rebuild
 
 
@@ -179,16 +180,21 @@ def trace_body(tx, fn, examples, make_args, what, out_what=None):
 
 
 def _own_outputs(tx, region, stand_ins, leaves):
-    """The nodes a body returns; an input returned as it is becomes a clone (torch's
-    higher-order ops refuse outputs that alias their inputs)."""
+    """The nodes a body returns. A body that returns one of its inputs, or a view of one, is
+    refused, as torch refuses it ("higher order ops do not support aliasing")."""
+    from torch.multiprocessing.reductions import StorageWeakRef
     made = set(region.nodes()) - set(stand_ins)
+    inputs = {StorageWeakRef(n.meta["example_value"].untyped_storage()) for n in stand_ins}
+    for node in made:
+        for arg in node.all_input_nodes:
+            if arg not in made and isinstance(arg.meta.get("example_value"), torch.Tensor):
+                inputs.add(StorageWeakRef(arg.meta["example_value"].untyped_storage()))
     outputs = []
     for leaf in leaves:
-        node = leaf.node
-        if node not in made:
-            node = tx.output.graph.call_function(torch.clone, (node,))
-            node.meta["example_value"] = leaf.example_value
-        outputs.append(node)
+        if leaf.node not in made or StorageWeakRef(leaf.example_value.untyped_storage()) in inputs:
+            raise Unsupported("a body returns one of its inputs or a view of one (torch refuses the "
+                              "aliasing: return a clone)")
+        outputs.append(leaf.node)
     return outputs
 
 
@@ -258,7 +264,8 @@ def emit(tx, op, args, what, value=None):
         with out.fake_mode, (torch._C._EnablePythonDispatcher() if out.shapes.used else contextlib.nullcontext()):
             value = op(*fake_args)
     except Exception as e:  # noqa: BLE001 - torch's own checks of the bodies (shapes, aliasing)
-        raise Unsupported(f"{what}: {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}") from None
+        raise Unsupported(f"higher-order op {what} failed on fake tensors: {type(e).__name__}: "
+                          f"{str(e).splitlines()[0][:300] if str(e) else ''}") from None
     node = out.graph.create_node("call_function", op, args, {})
     node.meta["example_value"] = value
     return _items(tx, node, value)
@@ -287,7 +294,7 @@ def _same_meta(a, b):
 
 def _constant_int(var, what):
     if not var.is_python_constant():
-        raise Unsupported(f"{what} must be a constant")
+        raise Unsupported(f"higher-order op argument {what} must be a constant")
     return var.as_python_constant()
 
 
@@ -329,7 +336,7 @@ def _check_same_outputs(bodies, what):
     first = bodies[0].out_leaves
     for body in bodies[1:]:
         if len(body.out_leaves) != len(first):
-            raise Unsupported(f"{what} return different numbers of tensors (torch raises)")
+            raise Unsupported(f"higher-order op bodies: {what} return different numbers of tensors (torch raises)")
 
 
 def _while_loop(tx, a):
