@@ -131,7 +131,7 @@ def _vmapped_body(tx, fn, examples, what):
     """A body torch runs under vmap over the indices: tensor indexing there gathers."""
     tx.output.gather_indexing += 1
     try:
-        return trace_body(tx, fn, examples, list, what)
+        return trace_body(tx, fn, examples, list, what, alias_ok=True)
     finally:
         tx.output.gather_indexing -= 1
 

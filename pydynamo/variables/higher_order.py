@@ -158,9 +158,10 @@ def _location(fn):
     return f" ({code.co_filename}:{code.co_firstlineno})" if code is not None else ""
 
 
-def trace_body(tx, fn, examples, make_args, what, out_what=None):
+def trace_body(tx, fn, examples, make_args, what, out_what=None, alias_ok=False):
     """Trace ``fn(*make_args(stand_in_trackers))`` into a Body. ``examples``: the fake values
-    of the stand-ins."""
+    of the stand-ins. ``alias_ok``: the operator takes bodies that return their inputs
+    (flex_attention's identity score_mod)."""
     from .tensor import TensorVariable
     try:
         with Region(tx, what) as region:
@@ -169,7 +170,7 @@ def trace_body(tx, fn, examples, make_args, what, out_what=None):
             out = fn.call_function(tx, args, {})
             region.check()
             leaves, rebuild = _tensor_leaves(out, out_what or f"what {what} returns")
-            outputs = _own_outputs(tx, region, nodes, leaves)
+            outputs = [v.node for v in leaves] if alias_ok else _own_outputs(tx, region, nodes, leaves)
             gm, lifted = region.extract(nodes, outputs, what.replace(" ", "_"))
     except Unsupported as e:
         err = Unsupported(f"{what}{_location(fn)} cannot be captured whole (torch traces the whole "
