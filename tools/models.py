@@ -109,6 +109,44 @@ class GPT(nn.Module):
         return self.head(self.ln_f(x))
 
 
+def _softcap(score, b, h, q_idx, kv_idx):
+    return 30.0 * torch.tanh(score / 30.0)
+
+
+class FlexAttention(Attention):
+    """Attention by flex_attention: a causal BlockMask made once for the model's sequence length
+    (``FlexGPT.set_length``) and a soft-capping score_mod."""
+
+    block_mask = None
+
+    def forward(self, x, mask=None):
+        from torch.nn.attention.flex_attention import flex_attention
+        b, t, c = x.shape
+        q, k, v = self.qkv(x).split(c, dim=2)
+        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
+        y = flex_attention(q, k, v, score_mod=_softcap, block_mask=self.block_mask)
+        return self.proj(y.transpose(1, 2).contiguous().view(b, t, c))
+
+
+def _causal(b, h, q_idx, kv_idx):
+    return q_idx >= kv_idx
+
+
+class FlexGPT(GPT):
+    """The GPT decoder with flex_attention in every block."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        for block in self.blocks:
+            block.attn = FlexAttention(self.tok.embedding_dim, block.attn.heads, True)
+
+    def set_length(self, t, device):
+        from torch.nn.attention.flex_attention import create_block_mask
+        mask = create_block_mask(_causal, None, None, t, t, device=device)
+        for block in self.blocks:
+            block.attn.block_mask = mask
+
+
 class BERT(nn.Module):
     def __init__(self, vocab=8192, dim=768, heads=12, layers=12, max_len=512):
         super().__init__()
@@ -128,7 +166,7 @@ class BERT(nn.Module):
 
 
 def make(name, size="small", device="cpu"):
-    """(model, example inputs) for `name` in resnet, gpt, gpt-ckpt, bert, hf-gpt2, hf-bert, hf-llama, tv-resnet50,
+    """(model, example inputs) for `name` in resnet, gpt, gpt-ckpt, gpt-flex, bert, hf-gpt2, hf-bert, hf-llama, tv-resnet50,
     tv-vit, timm-effnet; size "small"
     for CPU tests, "bench" for GPU benchmarks."""
     small = size == "small"
@@ -141,6 +179,12 @@ def make(name, size="small", device="cpu"):
         model = GPT(vocab=64, dim=32, heads=4, layers=2, max_len=16, checkpoint=ckpt) if small else GPT(checkpoint=ckpt)
         b, t = (2, 8) if small else (16, 512)
         inputs = (torch.randint(0, 64 if small else 8192, (b, t), generator=g),)
+    elif name == "gpt-flex":  # flex_attention (causal block mask, soft-capping score_mod)
+        model = FlexGPT(vocab=64, dim=32, heads=4, layers=2, max_len=16) if small else FlexGPT()
+        b, t = (2, 8) if small else (16, 512)
+        inputs = (torch.randint(0, 64 if small else 8192, (b, t), generator=g),)
+        model = model.to(device)
+        model.set_length(t, device)
     elif name == "bert":
         model = BERT(vocab=64, dim=32, heads=4, layers=2, max_len=16) if small else BERT()
         b, t = (2, 8) if small else (32, 256)
@@ -191,6 +235,12 @@ def _transformers_model(name, small, g):
         model = tr.GPT2Model(tr.GPT2Config(n_layer=6, n_embd=768, n_head=12, vocab_size=8192, n_positions=1024,
                                            bos_token_id=0, eos_token_id=0))
         b, t, vocab = 8, 512, 8192
+    elif name == "gpt-flex":  # flex_attention (causal block mask, soft-capping score_mod)
+        model = FlexGPT(vocab=64, dim=32, heads=4, layers=2, max_len=16) if small else FlexGPT()
+        b, t = (2, 8) if small else (16, 512)
+        inputs = (torch.randint(0, 64 if small else 8192, (b, t), generator=g),)
+        model = model.to(device)
+        model.set_length(t, device)
     elif name == "bert":
         model = tr.BertModel(tr.BertConfig(num_hidden_layers=6, vocab_size=8192), add_pooling_layer=False)
         b, t, vocab = 16, 256, 8192
