@@ -21,9 +21,7 @@ from ..exc import Unsupported
 from .base import ObjectVariable
 from .higher_order import _as_tracker, trace_body, unify
 
-_BLOCK_TENSORS = ("kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices", "q_num_blocks",
-                  "q_indices", "full_q_num_blocks", "full_q_indices", "dq_write_order", "dq_write_order_full",
-                  "dq_kv_order", "dq_kv_order_spt")
+_TENSOR = object()  # a block-mask layout's slot for one of its tensors (_block_mask)
 
 
 def is_flex_attention(value):
@@ -72,12 +70,11 @@ def _flex(tx, a):
                 raise Unsupported("flex_attention with a symbolic number of heads or head size")
     try:
         with tx.output.fake_mode:
-            fa._validate_no_nested_tensors(fq, fk, fv)
-            fa._validate_sdpa_input(fq, fk, fv, allow_lowp_kv=True)
-            fa._validate_embed_dim(fq, fk, fv)
-            fa._validate_device(fq, fk, fv)
-            laid = fa._enforce_mem_layouts(fq, fk, fv)
-            options = fa._apply_kernel_options(fq, fk, fv, return_lse, kernel_options, None)
+            _torch_checks(fa, fq, fk, fv)
+            enforce = getattr(fa, "_enforce_mem_layouts", None)
+            laid = enforce(fq, fk, fv) if enforce is not None else (fq, fk, fv)
+            options = _call_accepting(fa._apply_kernel_options, fq, fk, fv, return_lse, kernel_options,
+                                      return_aux=None)
     except Exception as e:  # noqa: BLE001 - eager raises the same: the call runs natively
         raise Unsupported(f"flex_attention: {type(e).__name__}: {e}") from None
     if any(x is not y for x, y in zip(laid, (fq, fk, fv))):
@@ -87,7 +84,7 @@ def _flex(tx, a):
     if not enable_gqa and fq.size(-3) != fk.size(-3) or enable_gqa and fq.size(1) % fk.size(1):
         raise Unsupported("flex_attention: the numbers of query and key heads do not match (torch raises)")
     block = _block_mask(tx, a["block_mask"], fq, fk)
-    if fq.size(0) != fk.size(0) and (block is None or block[1][0].example_value.size(0) != fq.size(0)):
+    if fq.size(0) != fk.size(0) and (block is None or block[2][0].example_value.size(0) != fq.size(0)):
         raise Unsupported("flex_attention: query and key batch sizes differ (torch raises)")
     if scale is None:
         scale = 1.0 / math.sqrt(fq.size(-1))
@@ -105,19 +102,18 @@ def _flex(tx, a):
     _single(score_gm)
     if block is None:
         from .functions import UserFunctionVariable
-        mask_fn, consts, tensors = UserFunctionVariable(fa.noop_mask), None, []
+        mask_fn, layout, tensors = UserFunctionVariable(fa.noop_mask), None, []
     else:
-        mask_fn, consts, tensors = block
+        mask_fn, layout, tensors = block
     mask = _vmapped_body(tx, mask_fn, [idx(), idx(), idx(), idx()], "the block mask's mask_mod")
     if len(mask.out_leaves) != 1:
         raise Unsupported("the block mask's mask_mod must return one tensor")
     (mask_gm,), mask_lifted = unify([mask])
     _single(mask_gm)
     out = tx.output
-    site = _FlexSite(consts, [t is not None for t in tensors], scale, options, return_lse,
-                     len(score_lifted), len(mask_lifted))
+    site = _FlexSite(layout, len(tensors), scale, options, return_lse, len(score_lifted), len(mask_lifted))
     args = (q.node, k.node, v.node, out.install_subgraph("sdpa_score", score_gm),
-            out.install_subgraph("sdpa_mask", mask_gm), *(t.node for t in tensors if t is not None),
+            out.install_subgraph("sdpa_mask", mask_gm), *(t.node for t in tensors),
             *score_lifted, *mask_lifted)
     from .higher_order import emit
     items = emit(tx, site, args, "flex_attention")
@@ -125,6 +121,24 @@ def _flex(tx, a):
         from .lists import TupleVariable
         return TupleVariable(items)
     return items[0]
+
+
+# torch's own input checks of flex_attention, those this torch has (their set differs by version)
+_CHECKS = ("_validate_no_nested_tensors", "_validate_nestedness", "_validate_sdpa_input", "_validate_embed_dim",
+           "_validate_device")
+
+
+def _torch_checks(fa, fq, fk, fv):
+    for name in _CHECKS:
+        check = getattr(fa, name, None)
+        if check is not None:
+            _call_accepting(check, fq, fk, fv, allow_lowp_kv=True)
+
+
+def _call_accepting(fn, *args, **optional):
+    """``fn(*args, **those of optional it takes)``: keywords a torch version may not have."""
+    params = inspect.signature(fn).parameters
+    return fn(*args, **{k: v for k, v in optional.items() if k in params})
 
 
 def _vmapped_body(tx, fn, examples, what):
@@ -148,33 +162,50 @@ def _index(tx, device):
 
 
 def _block_mask(tx, var, fq, fk):
-    """None for no block mask; else (mask_mod tracker, (seq_lengths, BLOCK_SIZE), [tensor
-    trackers or None in as_tuple's order]), with the checks torch's flex_attention makes."""
+    """None for no block mask; else (mask_mod tracker, layout, [tensor trackers]): ``layout``
+    is this torch's ``BlockMask.as_tuple()`` with each tensor replaced by _TENSOR (the site puts
+    the graph's tensors there, in order) and the mask_mod last; tensors are read by attribute (graph inputs),
+    the block sizes and lengths are guarded. The checks are those torch's flex_attention makes."""
     from .constant import ConstantVariable
     from .tensor import TensorVariable
     fa = _module()
     if isinstance(var, ConstantVariable) and var.value is None:
         return None
-    value = getattr(var, "value", None)
-    if type(value) is not fa.BlockMask or var.source is None:
+    bm = getattr(var, "value", None)
+    if type(bm) is not fa.BlockMask or var.source is None:
         raise Unsupported("flex_attention's block_mask must be a BlockMask made outside the compiled code")
-    tensors = []
-    for name in _BLOCK_TENSORS:
-        t = var.var_getattr(tx, name)
-        if not (isinstance(t, TensorVariable) or isinstance(t, ConstantVariable) and t.value is None):
-            raise Unsupported(f"the block mask's {name} is {t}")
-        tensors.append(t if isinstance(t, TensorVariable) else None)
-    seq = _constant(var.var_getattr(tx, "seq_lengths"), "block mask's seq_lengths")
+    real = bm.as_tuple()
+    attrs = {id(v): k for k, v in vars(bm).items() if isinstance(v, torch.Tensor)} if hasattr(bm, "__dict__") else {}
+    for k in getattr(type(bm), "__slots__", ()):
+        v = getattr(bm, k, None)
+        if isinstance(v, torch.Tensor):
+            attrs.setdefault(id(v), k)
+    layout, tensors = [], []
+    for item in real[:-1]:
+        if isinstance(item, torch.Tensor):
+            name = attrs.get(id(item))
+            if name is None:
+                raise Unsupported("the block mask's tensors are not its attributes")
+            t = var.var_getattr(tx, name)
+            if not isinstance(t, TensorVariable):
+                raise Unsupported(f"the block mask's {name} is {t}")
+            tensors.append(t)
+            layout.append(_TENSOR)
+        elif isinstance(item, (int, bool)) or item is None:
+            layout.append(item)
+        else:
+            raise Unsupported(f"the block mask holds a {type(item).__name__}")
+    seq = _constant(var.var_getattr(tx, "seq_lengths"), "block mask's seq_lengths")  # guarded
     size = _constant(var.var_getattr(tx, "BLOCK_SIZE"), "block mask's BLOCK_SIZE")
     mask_mod = var.var_getattr(tx, "mask_mod")
-    if getattr(mask_mod, "value", None) is fa._sliced_mask_mod_error:
+    if getattr(mask_mod, "value", None) is getattr(fa, "_sliced_mask_mod_error", object()):
         raise Unsupported("flex_attention with the mask_mod of a sliced BlockMask (torch raises)")
-    large = fa._LARGE_SPARSE_BLOCK_SIZE
+    large = getattr(fa, "_LARGE_SPARSE_BLOCK_SIZE", None)
     if not (size[0] == large and size[1] == large) and (fq.size(-2) != seq[0] or fk.size(-2) != seq[1]):
         raise Unsupported("flex_attention: the block mask was made for other sequence lengths (torch raises)")
     if tensors[0].example_value.device != fq.device:
         raise Unsupported("flex_attention: the block mask is on another device than q/k/v (torch raises)")
-    return mask_mod, (tuple(seq), tuple(size)), tensors
+    return mask_mod, tuple(layout), tensors
 
 
 class _FlexSite:
@@ -184,24 +215,23 @@ class _FlexSite:
 
     __name__ = __qualname__ = "flex_attention"
 
-    def __init__(self, consts, present, scale, options, return_lse, n_score, n_mask):
-        self.consts, self.present, self.scale, self.options = consts, present, scale, options
+    def __init__(self, layout, n_block, scale, options, return_lse, n_score, n_mask):
+        self.layout, self.n_block, self.scale, self.options = layout, n_block, scale, options
         self.return_lse, self.n_score, self.n_mask = return_lse, n_score, n_mask
 
     def __call__(self, q, k, v, score_gm, mask_gm, *rest):
         from torch._higher_order_ops.flex_attention import flex_attention as flex_hop
         fa = _module()
-        n_block = sum(self.present)
+        n_block = self.n_block
         block_tensors, rest = rest[:n_block], rest[n_block:]
         score_bufs, mask_bufs = tuple(rest[:self.n_score]), tuple(rest[self.n_score:])
-        if self.consts is None:
+        if self.layout is None:
             block = fa._create_empty_block_mask(q, k).as_tuple()[:-1]
         else:
             it = iter(block_tensors)
-            seq, size = self.consts
-            block = (*seq, *(next(it) if p else None for p in self.present), *size)
-        out, lse, _max = flex_hop(q, k, v, score_gm, (*block, mask_gm), self.scale, self.options,
-                                  score_bufs, mask_bufs)
+            block = tuple(next(it) if item is _TENSOR else item for item in self.layout)
+        result = flex_hop(q, k, v, score_gm, (*block, mask_gm), self.scale, self.options, score_bufs, mask_bufs)
+        out, lse = result[0], result[1]  # (out, lse) or (out, lse, max_scores), by torch version
         if not self.return_lse:
             return (out,)
         if self.options.get("BACKEND") != "FLASH":

@@ -365,6 +365,10 @@ def _while_loop(tx, a):
     return rebuild(items)
 
 
+# torch 2.13's scan moves the stacked outputs back to ``dim``; earlier ones leave them at 0
+_SCAN_MOVES_YS_BACK = tuple(int(p) for p in torch.__version__.split(".")[:2]) >= (2, 13)
+
+
 def _scan(tx, a):
     from torch._higher_order_ops.scan import scan_op
     from .lists import TupleVariable
@@ -381,6 +385,8 @@ def _scan(tx, a):
     if not -ndim <= dim < ndim or any(x.example_value.dim() <= (dim % ndim) for x in xs_leaves):
         raise Unsupported("scan's dim is out of range for xs (torch raises)")
     dim %= ndim
+    if dim and not _SCAN_MOVES_YS_BACK:
+        raise Unsupported("scan over a dim other than 0 with this torch (its ys layout changed in 2.13)")
     if any(x.example_value.shape[dim] == 0 for x in xs_leaves):
         raise Unsupported("scan over an empty dimension (torch raises)")
     moved = [_call(tx, torch.movedim, x, dim, 0) if dim else x for x in xs_leaves]
