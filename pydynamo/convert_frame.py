@@ -362,8 +362,9 @@ def _has_tensor(frame):
 class ConvertFrame:
     def __init__(self, backend, fullgraph=False, dynamic=None):
         from .backends.distributed import ddp_aware
+        from .backends.regions import regions_aware
         self.cache_key = cache_key(backend, fullgraph, dynamic)  # read by the C hook (set_eval_frame)
-        self.backend = debug.observe_backend(run_without_hook(ddp_aware(backend)))
+        self.backend = debug.observe_backend(run_without_hook(ddp_aware(regions_aware(backend))))
         self.fullgraph, self.dynamic = fullgraph, dynamic
 
     def __call__(self, frame, cache_size):

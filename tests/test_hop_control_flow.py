@@ -88,14 +88,21 @@ CASES = [(cond_lambda, (torch.randn(4, 3),)), (cond_closure, (torch.randn(4, 3),
          (assoc_generic, (torch.randn(6, 3),)), (assoc_tree, (torch.randn(6, 3),)), (cmap, (torch.randn(5, 3),))]
 
 
+_OLD_SCAN = tuple(int(p) for p in torch.__version__.split(".")[:2]) < (2, 13)
+
+
 @pytest.mark.parametrize("fn,args", CASES, ids=[c[0].__name__ for c in CASES])
 def test_captured_like_torch_compile(fn, args):
+    if fn is scan_reverse_dim and _OLD_SCAN:
+        pytest.skip("scan over dim != 0 runs natively before torch 2.13 (its ys layout differs)")
     compare(fn, *args)
 
 
 @pytest.mark.parametrize("fn,args", [c for c in CASES if c[0] is not cond_known_pred],
                          ids=[c[0].__name__ for c in CASES if c[0] is not cond_known_pred])
 def test_one_graph_with_the_higher_order_node(fn, args):
+    if fn is scan_reverse_dim and _OLD_SCAN:
+        pytest.skip("scan over dim != 0 runs natively before torch 2.13")
     pydynamo.reset()
     cnt = CompileCounter()
     pydynamo.optimize(cnt, fullgraph=True)(fn)(*args)

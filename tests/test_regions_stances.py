@@ -227,3 +227,41 @@ def test_substitute_in_graph():
     ops = [n.target for n in cnt.graphs[0].graph.nodes if n.op == "call_function"]
     assert sum(getattr(t, "__name__", "") == "add" for t in ops) >= 2  # the replacement was traced
     pydynamo.reset()
+
+
+def test_inductor_compiles_a_shared_body_once():
+    from pydynamo.backends import regions
+    m = Stack(n=3).eval()
+    x = torch.randn(2, 16)
+    pydynamo.reset()
+    seen = []
+    original = regions.split_at_regions
+
+    def spy(gm, backend, **kw):
+        out = original(gm, backend, **kw)
+        seen.append(out._pydynamo_region_bodies)
+        return out
+    regions.split_at_regions = spy
+    try:
+        with torch.no_grad():
+            assert same(pydynamo.optimize("inductor")(m)(x), m(x), exact=False, atol=1e-5)
+    finally:
+        regions.split_at_regions = original
+        pydynamo.reset()
+    assert seen == [1]
+
+
+def test_generator_inside_a_region_is_its_own():
+    @torch.compiler.nested_compile_region
+    def split3(x):
+        a, b, c = (z * 2 for z in x.chunk(3, dim=-1))
+        return a + b + c
+
+    def f(x):
+        return split3(x) + split3(x + 1)
+    pydynamo.reset()
+    cnt = CompileCounter()
+    x = torch.randn(2, 6)
+    assert same(pydynamo.optimize(cnt, fullgraph=True)(f)(x), f(x), exact=False)
+    assert len(_bodies(cnt)) == 1
+    pydynamo.reset()

@@ -22,11 +22,13 @@ class Block(torch.nn.Module):
     def __init__(self):
         super().__init__()
         self.ln1, self.ln2 = torch.nn.LayerNorm(dim), torch.nn.LayerNorm(dim)
-        self.attn = torch.nn.MultiheadAttention(dim, 4, batch_first=True)
+        self.qkv, self.proj = torch.nn.Linear(dim, 3 * dim), torch.nn.Linear(dim, dim)
         self.mlp = torch.nn.Sequential(torch.nn.Linear(dim, 4 * dim), torch.nn.GELU(), torch.nn.Linear(4 * dim, dim))
     def body(self, x):
-        h = self.ln1(x)
-        x = x + self.attn(h, h, h, need_weights=False)[0]
+        b, t, c = x.shape
+        q, k, v = (z.view(b, t, 4, c // 4).transpose(1, 2) for z in self.qkv(self.ln1(x)).split(c, dim=2))
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(y.transpose(1, 2).reshape(b, t, c))
         return x + self.mlp(self.ln2(x))
 class RegionBlock(Block):
     @torch.compiler.nested_compile_region

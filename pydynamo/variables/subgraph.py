@@ -49,6 +49,7 @@ class Region:
                          if isinstance(v := n.meta.get("example_value"), torch.Tensor)}
         self.grad_mode = torch.is_grad_enabled()
         self.managers = _entered_managers(self.tx)
+        self.n_generators = len(out.generators)  # generators made inside are the region's own
         if self.frozen is not None:
             self.frozen = {id(v): (v, _python_state(v)) for v in _reachable(self.tx, self.frozen)}
         return self
@@ -99,7 +100,7 @@ class Region:
                     raise Unsupported(f"{self.what} changes {var}, which its Python code would "
                                       "change again, or at another time, than the graph runs")
         region = set(self.nodes())
-        for var in _reachable(self.tx):
+        for var in _reachable(self.tx, generators=self.n_generators):
             node = getattr(var, "node", None)
             if isinstance(node, torch.fx.Node) and node in region:
                 raise Unsupported(f"a value computed in {self.what} is kept outside it (in a "
@@ -172,14 +173,15 @@ def _python_state(var):
     return tuple(parts)
 
 
-def _reachable(tx, extra=()):
+def _reachable(tx, extra=(), generators=None):
     """Every tracker the rest of the trace can reach: translators' stacks, locals and cells,
-    suspended generators, side effects, values read from sources; and ``extra``. (What the
-    region returns is not among them unless it is also kept there.)"""
+    suspended generators (the first ``generators`` made, if given: a generator made inside a
+    region is reached only through its tracker), side effects, values read from sources; and
+    ``extra``. (What the region returns is not among them unless it is also kept there.)"""
     from ..output_graph import walk_values
     out = tx.output
     roots = list(extra)
-    translators = [*out.generators]
+    translators = [*out.generators[:generators]] if generators is not None else [*out.generators]
     t = tx
     while t is not None:
         translators.append(t)
