@@ -146,8 +146,15 @@ def run_side(src, path, wrap):
     of the compiled side that are 0 when eager: graphs run that another backend or option set
     compiled (a call "alt" goes through a second backend, "strict" through fullgraph=True, and
     each graph says which compiled it), and cache entries made for frames outside the program."""
+    import sys
+    import types
     import torch
-    ns = {"__name__": "fuzzprog", "__file__": path}
+    # a module of its own in sys.modules: torch's eager higher-order ops (torch.cond...) compile
+    # their bodies with torch._dynamo, which looks the function's module up there
+    module = types.ModuleType("fuzzprog")
+    module.__file__ = path
+    sys.modules["fuzzprog"] = module
+    ns = module.__dict__
     from .families_flags import flags_state, restore_flags
     flags = flags_state()
     torch.manual_seed(0)
