@@ -249,3 +249,28 @@ def test_mismatched_branches_raise_like_eager():
     with pytest.raises(Exception):
         pydynamo.optimize("eager")(f)(x)
     pydynamo.reset()
+
+
+def test_recognising_the_operators_runs_no_user_code():
+    calls = []
+
+    class Vec:
+        def __init__(self):
+            self.k = 2
+
+        def __hash__(self):  # looking an object up in a table would run this
+            calls.append("hash")
+            return hash(self.vals)
+
+        def __eq__(self, other):
+            calls.append("eq")
+            return self is other
+
+    def f(x, v):
+        return x * v.k
+    pydynamo.reset()
+    cnt = CompileCounter()
+    x, v = torch.randn(3), Vec()
+    assert torch.equal(pydynamo.optimize(cnt, fullgraph=True)(f)(x, v), x * 2)
+    assert calls == [] and cnt.frame_count == 1
+    pydynamo.reset()

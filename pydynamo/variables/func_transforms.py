@@ -19,6 +19,7 @@ parameter and buffer reads give the dict's tensors (nn_module.py's member overri
 weights following ``tie_weights`` as torch does.
 """
 import inspect
+import types
 
 import torch
 import torch.utils._pytree as pytree
@@ -44,13 +45,14 @@ _TABLE = None
 
 
 def transform_name(value):
+    """By identity: hashing a user's object would run its ``__hash__``."""
     global _TABLE
-    if _TABLE is None:
-        _TABLE = _table()
-    try:
-        return _TABLE.get(value)
-    except TypeError:
+    if type(value) is not types.FunctionType:
         return None
+    if _TABLE is None:
+        _TABLE = {id(fn): (fn, name) for fn, name in _table().items()}
+    entry = _TABLE.get(id(value))
+    return entry[1] if entry is not None and entry[0] is value else None
 
 
 def is_func_transform(value):

@@ -18,6 +18,7 @@ line, and the frame's graph breaks at the call (under ``fullgraph=True`` that is
 """
 import inspect
 import operator
+import types
 
 import torch
 import torch.fx
@@ -49,10 +50,10 @@ def _public():
 
 
 def is_higher_order(value):
-    try:
-        return value in _public()
-    except TypeError:  # unhashable
+    """By identity (hashing a user's object would run its ``__hash__``); all are functions."""
+    if type(value) is not types.FunctionType:
         return False
+    return any(value is fn for fn in _public())
 
 
 class HigherOrderVariable(ObjectVariable):
