@@ -13,7 +13,7 @@ import torch
 import torch.fx
 
 from ..exc import Unsupported
-from .higher_order import _flatten, _own_outputs, emit
+from .higher_order import _flatten, _like, _own_outputs, emit
 from .subgraph import Region
 
 
@@ -91,14 +91,6 @@ def _invoke(subgraph, identifier, *operands):
 
 
 _invoke.__name__ = _invoke.__qualname__ = "invoke_subgraph"
-
-
-def _like(tx, fake):
-    with tx.output.fake_mode:
-        t = torch.empty_strided(fake.size(), fake.stride(), dtype=fake.dtype, device=fake.device)
-    if fake.requires_grad:
-        t.requires_grad_(True)
-    return t
 
 
 def _shared_body(tx, gm):
