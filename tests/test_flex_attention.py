@@ -139,3 +139,21 @@ def test_wrong_sequence_length_raises_like_eager():
     with pytest.raises(ValueError):
         pydynamo.optimize("eager")(causal_mask)(q, q, q)
     pydynamo.reset()
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_a_block_mask_of_another_layout_recompiles():
+    from torch.nn.attention.flex_attention import BlockMask
+    partial_only = BlockMask.from_kv_blocks(CAUSAL.kv_num_blocks, CAUSAL.kv_indices, BLOCK_SIZE=CAUSAL.BLOCK_SIZE,
+                                            mask_mod=causal, seq_lengths=CAUSAL.seq_lengths)
+    assert partial_only.full_kv_num_blocks is None and CAUSAL.full_kv_num_blocks is not None
+
+    def f(q, mask):
+        return flex_attention(q, q, q, block_mask=mask)
+    pydynamo.reset()
+    cnt = CompileCounter()
+    c = pydynamo.optimize(cnt)(f)
+    assert torch.allclose(c(Q, partial_only), f(Q, partial_only), atol=1e-5)
+    assert torch.allclose(c(Q, CAUSAL), f(Q, CAUSAL), atol=1e-5)
+    assert cnt.frame_count == 2  # the full blocks' absence is guarded, not assumed
+    pydynamo.reset()

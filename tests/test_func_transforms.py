@@ -197,3 +197,18 @@ def test_vjp_function_of_a_random_body_is_refused():
     explained = pydynamo.explain(f)(torch.randn(3))
     assert any("random" in str(r) for r in explained.break_reasons), explained.break_reasons
     pydynamo.reset()
+
+
+def test_functional_call_after_untying_recompiles():
+    m = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Linear(3, 3))
+    m[1].weight = m[0].weight
+
+    def f(x):
+        return functional_call(m, {"0.weight": torch.ones(3, 3), "0.bias": torch.zeros(3)}, (x,))
+    x = torch.randn(2, 3)
+    pydynamo.reset()
+    c = pydynamo.optimize("eager")(f)
+    assert same(c(x), f(x), exact=False)
+    m[1].weight = torch.nn.Parameter(torch.randn(3, 3))  # untied: layer 1 keeps its own weight now
+    assert same(c(x), f(x), exact=False)
+    pydynamo.reset()

@@ -19,7 +19,7 @@ import torch
 
 from ..exc import Unsupported
 from .base import ObjectVariable
-from .higher_order import _as_tracker, trace_body, unify
+from .higher_order import _as_tracker, _single_output, trace_body, unify
 
 _TENSOR = object()  # a block-mask layout's slot for one of its tensors (_block_mask)
 
@@ -99,7 +99,7 @@ def _flex(tx, a):
     if len(score.out_leaves) != 1:
         raise Unsupported("flex_attention's score_mod must return one tensor")
     (score_gm,), score_lifted = unify([score])
-    _single(score_gm)
+    _single_output(score_gm)
     if block is None:
         from .functions import UserFunctionVariable
         mask_fn, layout, tensors = UserFunctionVariable(fa.noop_mask), None, []
@@ -109,7 +109,7 @@ def _flex(tx, a):
     if len(mask.out_leaves) != 1:
         raise Unsupported("the block mask's mask_mod must return one tensor")
     (mask_gm,), mask_lifted = unify([mask])
-    _single(mask_gm)
+    _single_output(mask_gm)
     out = tx.output
     site = _FlexSite(layout, len(tensors), scale, options, return_lse, len(score_lifted), len(mask_lifted))
     args = (q.node, k.node, v.node, out.install_subgraph("sdpa_score", score_gm),
@@ -150,12 +150,6 @@ def _vmapped_body(tx, fn, examples, what):
         tx.output.gather_indexing -= 1
 
 
-def _single(gm):
-    output = next(n for n in gm.graph.nodes if n.op == "output")
-    output.args = (output.args[0][0],)
-    gm.recompile()
-
-
 def _index(tx, device):
     with tx.output.fake_mode:
         return torch.empty((), dtype=torch.int32, device=device)
@@ -164,8 +158,8 @@ def _index(tx, device):
 def _block_mask(tx, var, fq, fk):
     """None for no block mask; else (mask_mod tracker, layout, [tensor trackers]): ``layout``
     is this torch's ``BlockMask.as_tuple()`` with each tensor replaced by _TENSOR (the site puts
-    the graph's tensors there, in order) and the mask_mod last; tensors are read by attribute (graph inputs),
-    the block sizes and lengths are guarded. The checks are those torch's flex_attention makes."""
+    the graph's tensors there, in order) and the mask_mod last; tensors are read by attribute (graph
+    inputs), every other attribute is read (guarded), so another mask gets its own layout. The checks are those torch's flex_attention makes."""
     from .constant import ConstantVariable
     from .tensor import TensorVariable
     fa = _module()
@@ -175,11 +169,14 @@ def _block_mask(tx, var, fq, fk):
     if type(bm) is not fa.BlockMask or var.source is None:
         raise Unsupported("flex_attention's block_mask must be a BlockMask made outside the compiled code")
     real = bm.as_tuple()
-    attrs = {id(v): k for k, v in vars(bm).items() if isinstance(v, torch.Tensor)} if hasattr(bm, "__dict__") else {}
+    fields = dict(vars(bm)) if hasattr(bm, "__dict__") else {}
     for k in getattr(type(bm), "__slots__", ()):
-        v = getattr(bm, k, None)
-        if isinstance(v, torch.Tensor):
-            attrs.setdefault(id(v), k)
+        if hasattr(bm, k):
+            fields.setdefault(k, getattr(bm, k))
+    attrs = {id(v): k for k, v in fields.items() if isinstance(v, torch.Tensor)}
+    for k, v in fields.items():
+        if not isinstance(v, torch.Tensor):
+            var.var_getattr(tx, k)  # guarded: as_tuple()'s layout (Nones, sizes) follows from them
     layout, tensors = [], []
     for item in real[:-1]:
         if isinstance(item, torch.Tensor):

@@ -419,6 +419,9 @@ def _functional_call(tx, a):
             given[k] = v
     mod = module.module
     overrides = _overrides(mod, given, tie, strict)
+    if module.source is None:
+        raise Unsupported("functional_call of a module created in the trace")
+    _guard_tables(tx, module.source, mod)  # the names checked above (unknown keys, strict)
     if isinstance(args, ConstantVariable) and args.value is None:
         call_args = []
     elif type(args) is TupleVariable:
@@ -438,6 +441,18 @@ def _functional_call(tx, a):
     finally:
         table.clear()
         table.update(saved)
+
+
+def _guard_tables(tx, source, mod):
+    """Guard the keys of every parameter and buffer table in ``mod``'s tree, which
+    _overrides read to check the dict's names."""
+    from ..source import AttrSource, ModuleMemberSource
+    for prefix, sub in mod.named_modules(remove_duplicate=False):
+        src = source
+        for part in prefix.split(".") if prefix else ():
+            src = ModuleMemberSource(src, "_modules", part)
+        for table in ("_parameters", "_buffers"):
+            tx.output.guards.DICT_KEYS(AttrSource(src, table), sub.__dict__[table])
 
 
 def _overrides(mod, given, tie, strict):

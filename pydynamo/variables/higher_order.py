@@ -25,7 +25,7 @@ import torch.fx
 
 from ..exc import Unsupported
 from .base import ObjectVariable
-from .subgraph import Region
+from .subgraph import Region, _placeholder
 
 _PUBLIC = None
 
@@ -218,13 +218,12 @@ def _with_inputs(body, lifted):
     graph = torch.fx.Graph()
     env = {}
     for ph in phs[:body.n_inputs]:
-        env[ph] = _copy_placeholder(graph, ph, ph.name)
+        env[ph] = _placeholder(graph, ph, ph.name)
     for i, node in enumerate(lifted):
         if node in own:
-            env[own[node]] = _copy_placeholder(graph, own[node], own[node].name)
+            env[own[node]] = _placeholder(graph, own[node], own[node].name)
         else:
-            new = graph.placeholder(f"unused_{node.name}")
-            new.meta.update(node.meta)
+            _placeholder(graph, node, f"unused_{node.name}")
     for node in old.nodes:
         if node.op != "placeholder":
             env[node] = graph.node_copy(node, lambda n: env[n])
@@ -236,12 +235,6 @@ def _single_output(gm):
     output = next(n for n in gm.graph.nodes if n.op == "output")
     output.args = (output.args[0][0],)
     gm.recompile()
-
-
-def _copy_placeholder(graph, ph, name):
-    new = graph.placeholder(name)
-    new.meta.update(ph.meta)
-    return new
 
 
 # ---- the node ---------------------------------------------------------------------------------
@@ -400,7 +393,6 @@ def _scan(tx, a):
     def make(stand):
         return [init_rebuild(stand[:n_init]), xs_rebuild(stand[n_init:])]
     body = trace_body(tx, combine_fn, examples, make, "scan's combine_fn")
-    outs = body.out_leaves
     # combine_fn returns (next_carry, y): its carry like init, then the per-step outputs
     carry_leaves, _ = _flatten(_out_part(body, 0))
     if len(carry_leaves) != n_init or not all(_same_meta(o.example_value, i.example_value)
@@ -415,7 +407,6 @@ def _scan(tx, a):
         ys = [_call(tx, torch.flip, y, [0]) for y in ys]
     if dim:
         ys = [_call(tx, torch.movedim, y, 0, dim) if dim < y.example_value.dim() else y for y in ys]
-    del outs
     return TupleVariable([_out_rebuild(body, 0, carry), _out_rebuild(body, 1, ys)])
 
 
@@ -458,18 +449,12 @@ def _associative_scan(tx, a):
     if reverse:
         moved = [_call(tx, torch.flip, x, [0]) for x in moved]
     n = len(moved)
-    if mode == "generic":
-        # the combine function sees whole (n-1)-long slabs, elementwise along the scan dim
-        examples = [_like(tx, v.example_value) for v in moved] * 2
-    else:
-        examples = [_like(tx, v.example_value, drop_first=True) for v in moved] * 2
+    # the combine function sees single elements (generic mode maps it over the scan dim with vmap)
+    examples = [_like(tx, v.example_value, drop_first=True) for v in moved] * 2
 
     def make(stand):
         return [rebuild(stand[:n]), rebuild(stand[n:])]
-    if mode == "generic":
-        body = _generic_combine(tx, combine_fn, examples, make, n)
-    else:
-        body = trace_body(tx, combine_fn, examples, make, "associative_scan's combine_fn")
+    body = trace_body(tx, combine_fn, examples, make, "associative_scan's combine_fn")
     if len(body.out_leaves) != n:
         raise Unsupported("associative_scan's combine_fn must return a tree like xs (torch raises)")
     (gm,), lifted = unify([body])
@@ -485,13 +470,6 @@ def _associative_scan(tx, a):
     return rebuild(items)
 
 
-def _generic_combine(tx, combine_fn, examples, make, n):
-    """combine_mode='generic': eager maps combine_fn over the scan dimension with vmap; the
-    body is traced on single elements and the node maps it the same way (_GenericScan)."""
-    single = [_like(tx, e, drop_first=True) for e in examples]
-    return trace_body(tx, combine_fn, single, make, "associative_scan's combine_fn")
-
-
 class _GenericScan:
     """``associative_scan(combine_mode='generic')`` as eager runs it: torch's
     ``generic_associative_scan`` over the body mapped with vmap along dim 0."""
@@ -499,22 +477,15 @@ class _GenericScan:
     __name__ = __qualname__ = "generic_associative_scan"
 
     def __call__(self, combine_gm, xs, additional):
-        import functools
         from torch._higher_order_ops.associative_scan import generic_associative_scan
-        n = len(xs)
 
         def flat(*args):
             return list(combine_gm(*args, *additional))
-        mapped = torch.vmap(flat, in_dims=(0,) * (2 * n), out_dims=0)
-        fn = functools.partial(_call_flat, mapped, n)
-        return tuple(generic_associative_scan(fn, list(xs), additional_inputs=()))
+        mapped = torch.vmap(flat, in_dims=(0,) * (2 * len(xs)), out_dims=0)
+        return tuple(generic_associative_scan(mapped, list(xs), additional_inputs=()))
 
     def __repr__(self):
         return "generic_associative_scan"
-
-
-def _call_flat(mapped, n, *args):
-    return mapped(*args)
 
 
 def _map(tx, a):

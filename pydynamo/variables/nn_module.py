@@ -61,15 +61,18 @@ class NNModuleVariable(VariableTracker):
             return GetAttrVariable(self, name)  # called: call_method models it
         for table in ("_parameters", "_buffers", "_modules"):
             if name in d.get(table, {}):
-                override = tx.output.member_overrides.get((id(mod), table, name))
-                if override is not None and name not in d:  # torch.func.functional_call's tensor
-                    return override
                 member = None
                 if self.source is not None:
                     member = ModuleMemberSource(self.source, table, name)
                     # Python reaches the tables (Module.__getattr__) only when the instance dict
                     # has no entry of that name: another instance may have one
                     tx.output.guards.NOT_PRESENT(GetItemSource(AttrSource(self.source, "__dict__"), name))
+                override = tx.output.member_overrides.get((id(mod), table, name))
+                if override is not None:  # torch.func.functional_call's tensor for this member
+                    if member is None:
+                        raise Unsupported("functional_call of a module created in the trace")
+                    tx.output.guards.ID_MATCH(member, d[table][name])  # (which members are tied)
+                    return override
                 return wrap_value(tx, d[table][name], member)
         found = lookup_class_attr(tx, self, type(mod), name, src)
         if found is _MISSING:
