@@ -51,3 +51,17 @@ def targets(cnt):
             if isinstance(mod, torch.fx.GraphModule):
                 found.update(n.target for n in mod.graph.nodes if n.op == "call_function")
     return found
+
+
+def raises_like_eager(fn, *args, expected=Exception):
+    """``fn(*args)`` raises ``expected`` eagerly, and compiled (eager backend) it raises an
+    exception of the same type."""
+    import pytest
+    with pytest.raises(expected) as eager:
+        fn(*args)
+    pydynamo.reset()
+    try:
+        with pytest.raises(type(eager.value)):
+            pydynamo.optimize("eager")(fn)(*args)
+    finally:
+        pydynamo.reset()

@@ -8,7 +8,7 @@ from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 import pydynamo
 from pydynamo.testing import CompileCounter
 
-from functional_support import compare, targets
+from functional_support import compare, raises_like_eager, targets
 
 Q = torch.randn(2, 4, 32, 16)
 KV = torch.randn(2, 2, 32, 16)
@@ -133,12 +133,7 @@ def test_a_new_block_mask_object_is_guarded():
 @pytest.mark.filterwarnings("ignore")
 def test_wrong_sequence_length_raises_like_eager():
     q = torch.randn(2, 4, 16, 16)
-    with pytest.raises(ValueError):
-        causal_mask(q, q, q)
-    pydynamo.reset()
-    with pytest.raises(ValueError):
-        pydynamo.optimize("eager")(causal_mask)(q, q, q)
-    pydynamo.reset()
+    raises_like_eager(causal_mask, q, q, q, expected=ValueError)
 
 
 @pytest.mark.filterwarnings("ignore")

@@ -8,9 +8,9 @@ from torch.func import (functional_call, grad, grad_and_value, hessian, jacfwd, 
                         stack_module_state, vjp, vmap)
 
 import pydynamo
-from pydynamo.testing import CompileCounter, same
+from pydynamo.testing import same
 
-from functional_support import compare
+from functional_support import compare, raises_like_eager
 
 W = torch.randn(3, 3)
 LIN = torch.nn.Linear(3, 3)
@@ -155,12 +155,7 @@ def test_functional_call_strict_missing_runs_natively():
     def f(x):
         return functional_call(LIN, {"weight": torch.ones(3, 3)}, (x,), strict=True)
     x = torch.randn(2, 3)
-    with pytest.raises(Exception):
-        f(x)
-    pydynamo.reset()
-    with pytest.raises(Exception):
-        pydynamo.optimize("eager")(f)(x)
-    pydynamo.reset()
+    raises_like_eager(f, x)
 
 
 def test_transformed_body_reads_are_guarded():
@@ -181,12 +176,7 @@ def test_vmap_of_random_without_randomness_raises_like_eager():
     def f(x):
         return vmap(lambda a: a + torch.rand(()))(x)
     x = torch.randn(3, 2)
-    with pytest.raises(RuntimeError):
-        f(x)
-    pydynamo.reset()
-    with pytest.raises(RuntimeError):
-        pydynamo.optimize("eager")(f)(x)
-    pydynamo.reset()
+    raises_like_eager(f, x, expected=RuntimeError)
 
 
 def test_vjp_function_of_a_random_body_is_refused():

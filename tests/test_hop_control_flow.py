@@ -11,7 +11,7 @@ import pydynamo
 from pydynamo.exc import Unsupported
 from pydynamo.testing import CompileCounter, same
 
-from functional_support import compare, targets
+from functional_support import compare, raises_like_eager, targets
 
 W = torch.randn(3, 3)
 LIN = torch.nn.Linear(3, 3)
@@ -231,24 +231,14 @@ def test_a_branch_returning_its_input_raises_like_eager():
     def f(x):  # torch refuses the aliasing ("return a clone")
         return torch.cond(x.sum() > 0, lambda a: a, lambda a: a + 1, (x,))
     x = torch.randn(3)
-    with pytest.raises(Exception):
-        f(x)
-    pydynamo.reset()
-    with pytest.raises(Exception):
-        pydynamo.optimize("eager")(f)(x)
-    pydynamo.reset()
+    raises_like_eager(f, x)
 
 
 def test_mismatched_branches_raise_like_eager():
     def f(x):
         return torch.cond(x.sum() > 0, lambda a: a.sum(), lambda a: a, (x,))
     x = torch.randn(3)
-    with pytest.raises(Exception):
-        f(x)
-    pydynamo.reset()
-    with pytest.raises(Exception):
-        pydynamo.optimize("eager")(f)(x)
-    pydynamo.reset()
+    raises_like_eager(f, x)
 
 
 def test_recognising_the_operators_runs_no_user_code():
