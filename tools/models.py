@@ -235,12 +235,6 @@ def _transformers_model(name, small, g):
         model = tr.GPT2Model(tr.GPT2Config(n_layer=6, n_embd=768, n_head=12, vocab_size=8192, n_positions=1024,
                                            bos_token_id=0, eos_token_id=0))
         b, t, vocab = 8, 512, 8192
-    elif name == "gpt-flex":  # flex_attention (causal block mask, soft-capping score_mod)
-        model = FlexGPT(vocab=64, dim=32, heads=4, layers=2, max_len=16) if small else FlexGPT()
-        b, t = (2, 8) if small else (16, 512)
-        inputs = (torch.randint(0, 64 if small else 8192, (b, t), generator=g),)
-        model = model.to(device)
-        model.set_length(t, device)
     elif name == "bert":
         model = tr.BertModel(tr.BertConfig(num_hidden_layers=6, vocab_size=8192), add_pooling_layer=False)
         b, t, vocab = 16, 256, 8192
