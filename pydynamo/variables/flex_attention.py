@@ -19,7 +19,7 @@ import torch
 
 from ..exc import Unsupported
 from .base import ObjectVariable
-from .higher_order import _as_tracker, _single_output, trace_body, unify
+from .higher_order import _single_output, bind_call, trace_body, unify
 
 _TENSOR = object()  # a block-mask layout's slot for one of its tensors (_block_mask)
 
@@ -36,12 +36,7 @@ def _module():
 
 class FlexAttentionVariable(ObjectVariable):
     def call_function(self, tx, args, kwargs):
-        try:
-            bound = inspect.signature(self.value).bind(*args, **kwargs)
-        except TypeError as e:
-            raise Unsupported(f"flex_attention() called with {e}") from None
-        bound.apply_defaults()
-        return _flex(tx, {k: _as_tracker(v) for k, v in bound.arguments.items()})
+        return _flex(tx, bind_call(self.value, args, kwargs, "flex_attention"))
 
 
 def _constant(var, what):

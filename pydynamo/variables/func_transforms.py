@@ -18,7 +18,6 @@ function draws random numbers: the recomputation would draw new ones).
 parameter and buffer reads give the dict's tensors (nn_module.py's member overrides), tied
 weights following ``tie_weights`` as torch does.
 """
-import inspect
 import types
 
 import torch
@@ -26,7 +25,7 @@ import torch.utils._pytree as pytree
 
 from ..exc import Unsupported
 from .base import ObjectVariable
-from .higher_order import _as_tracker, _flatten, emit, trace_body, unify
+from .higher_order import _as_tracker, _flatten, bind_call, emit, trace_body, unify
 
 _WRAPPING = ("vmap", "grad", "grad_and_value", "jacrev", "jacfwd", "hessian")
 _IMMEDIATE = ("vjp", "jvp", "linearize")
@@ -64,23 +63,19 @@ class FuncTransformVariable(ObjectVariable):
 
     def call_function(self, tx, args, kwargs):
         name = transform_name(self.value)
-        try:
-            bound = inspect.signature(self.value).bind(*args, **kwargs)
-        except TypeError as e:
-            raise Unsupported(f"torch.func.{name}() called with {e}") from None
+        arguments = bind_call(self.value, args, kwargs, f"torch.func.{name}")
         if name == "functional_call":
-            bound.apply_defaults()
-            return _functional_call(tx, {k: _as_tracker(v) for k, v in bound.arguments.items()})
-        fn = bound.arguments.pop("func")
+            return _functional_call(tx, arguments)
+        fn = arguments.pop("func")
         if name in _WRAPPING:
-            opts = {k: _option(v, name, k) for k, v in bound.arguments.items()}
+            opts = {k: _option(v, name, k) for k, v in arguments.items()}
             return TransformedVariable(self.value, name, fn, opts)
         if name == "jvp":
-            opts = {k: _option(v, name, k) for k, v in bound.arguments.items() if k not in ("primals", "tangents")}
-            args_var = _as_tracker((_as_tracker(bound.arguments["primals"]), _as_tracker(bound.arguments["tangents"])))
-        else:  # vjp, linearize: primals positional
-            opts = {k: _option(v, name, k) for k, v in bound.arguments.items() if k != "primals"}
-            args_var = _as_tracker(tuple(bound.arguments.get("primals", ())))
+            opts = {k: _option(v, name, k) for k, v in arguments.items() if k not in ("primals", "tangents")}
+            args_var = _as_tracker((arguments["primals"], arguments["tangents"]))
+        else:  # vjp, linearize: primals positional (a tuple of trackers, bound as *primals)
+            opts = {k: _option(v, name, k) for k, v in arguments.items() if k != "primals"}
+            args_var = arguments["primals"]
         return _apply(tx, _Apply(self.value, name, opts), fn, args_var)
 
     def _repr_value(self):

@@ -60,16 +60,21 @@ class HigherOrderVariable(ObjectVariable):
     """A public control-flow function of torch (``torch.cond``...)."""
 
     def call_function(self, tx, args, kwargs):
-        try:
-            bound = inspect.signature(self.value).bind(*args, **kwargs)
-        except TypeError as e:  # eager raises it: the call runs natively and raises
-            raise Unsupported(f"higher-order op {self.value.__name__}() called with {e}") from None
-        bound.apply_defaults()
-        arguments = {k: _as_tracker(v) for k, v in bound.arguments.items()}
-        return _public()[self.value](tx, arguments)
+        return _public()[self.value](tx, bind_call(self.value, args, kwargs, self.value.__name__))
 
     def _repr_value(self):
         return self.value.__name__
+
+
+def bind_call(fn, args, kwargs, what):
+    """The call's arguments bound by ``fn``'s own signature, defaults applied, as trackers: every
+    form Python accepts is honoured; one it rejects runs natively (and raises as eager)."""
+    try:
+        bound = inspect.signature(fn).bind(*args, **kwargs)
+    except TypeError as e:
+        raise Unsupported(f"higher-order op {what}() called with {e}") from None
+    bound.apply_defaults()
+    return {k: _as_tracker(v) for k, v in bound.arguments.items()}
 
 
 def _as_tracker(value):
