@@ -55,7 +55,7 @@ class OptimizeContext:
         @functools.wraps(fn)
         def _fn(*args, **kwargs):
             _refuse_foreign_tracing(fn)
-            prev = _C.set_eval_frame(stance.setting_for(setting))
+            prev = _C.set_eval_frame(stance.setting_for(setting) if stance.current.active else setting)
             try:
                 return fn(*args, **kwargs)
             finally:

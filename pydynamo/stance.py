@@ -20,6 +20,7 @@ STANCES = ("default", "force_eager", "eager_on_recompile", "fail_on_recompile", 
 class _State:
     stance = "default"
     backend = None
+    active = False  # anything but the default stance and no forced backend (read at every call)
 
 
 current = _State()
@@ -49,6 +50,7 @@ def _swap(stance, backend):
                            "compiled region): call it outside")
     prior = (current.stance, current.backend)
     current.stance, current.backend = stance, backend
+    current.active = stance != "default" or backend is not None
     return prior
 
 
