@@ -62,6 +62,19 @@ ENTRIES = [
           example="data-dependent control flow: branching on the value of a tensor; the graph "
                   "could not be broken there: a graph break inside a `with` block of a user's "
                   "context manager"),
+    Break("PD411", "the graph was broken before the line that made a value it could not rebuild",
+          "A graph break needs every value alive at that point rebuilt by generated code. Where "
+          "one cannot be (a generator suspended mid-way, an iterator of a type pydynamo does not "
+          "rebuild, a function made in the trace held inside another value), the trace is made "
+          "again and the graph is broken before the line that made that value: the graph holds "
+          "everything before it, and the rest of the frame runs in a resume function (compiled "
+          "in turn where it can be). Only a frame whose first line makes such a value runs "
+          "wholly eagerly.",
+          "nothing to do if the graph before that line is enough; otherwise make the value after "
+          "the break, or avoid the break (the first reason named)",
+          (r"\(the graph is broken before line \S+: later, ",),
+          example="print() is I/O (a side effect) (the graph is broken before line 12: later, a "
+                  "generator cannot be returned from compiled code)"),
     Break("PD407", "the traced code raises an exception it does not catch",
           "The trace found that the program raises here for sure (a `raise` statement, a lookup "
           "of a missing constant key...). Exceptions caught by a handler of the same trace are "
@@ -540,6 +553,7 @@ ENTRIES = [
           "return tensors and plain containers, or keep the value outside the compiled region",
           (r"cannot be rebuilt", r"cannot be returned", r"holds a value at the break",
            r"is shared by several values live at the break", r"is neither a graph output nor an input",
+           r"would be given to the rest of the frame as a new object on each call",
            r"as a value of the generated code", r"^a set with too long a history",
            r"^a set computed by constant folding", r"not reachable from the frame's inputs"),
           example="a tensor that is not reachable from the frame's inputs (e.g. a constant "

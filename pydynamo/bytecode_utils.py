@@ -11,8 +11,8 @@ NULL above the callable, CALL_KW and SET_FUNCTION_ATTRIBUTE in 3.13), and
 free variables, letting the ``bytecode`` package compute offsets, stack size and tables.
 """
 import dataclasses
-import sys
 import functools
+import sys
 import types
 import weakref
 from typing import Any, Optional
@@ -423,10 +423,16 @@ def create_jump_forward(label, lineno=None) -> Instr:
     return Instr("JUMP_FORWARD", label, lineno=lineno)
 
 
-def create_make_closure(code, lineno=None) -> list:
-    """Push a new function running ``code`` with the current frame's closure cells."""
+def create_load_closure(name, caller, lineno=None) -> Instr:
+    """Push the cell object of ``caller``'s cell or free variable ``name``."""
     load = "LOAD_FAST" if PY313 else "LOAD_CLOSURE"  # 3.13: LOAD_CLOSURE is a pseudo-op
-    out = [Instr(load, FreeVar(name), lineno=lineno) for name in code.co_freevars]
+    return Instr(load, CellVar(name) if name in caller.co_cellvars else FreeVar(name), lineno=lineno)
+
+
+def create_make_closure(code, caller=None, lineno=None) -> list:
+    """Push a new function running ``code`` whose free variables are the cells of the same
+    names in the current frame (of code ``caller``: its own cells or its free variables)."""
+    out = [create_load_closure(name, caller or code, lineno) for name in code.co_freevars]
     out.append(Instr("BUILD_TUPLE", len(code.co_freevars), lineno=lineno))
     out.append(Instr("LOAD_CONST", code, lineno=lineno))
     if PY313:
@@ -434,6 +440,19 @@ def create_make_closure(code, lineno=None) -> list:
         out.append(Instr("SET_FUNCTION_ATTRIBUTE", 0x08, lineno=lineno))
     else:
         out.append(Instr("MAKE_FUNCTION", 0x08, lineno=lineno))
+    return out
+
+
+def create_make_function(code, flags, lineno=None) -> list:
+    """MAKE_FUNCTION of ``code`` with what ``flags`` names already pushed, in this order:
+    defaults (0x01), keyword defaults (0x02), annotations (0x04), closure (0x08)."""
+    out = [Instr("LOAD_CONST", code, lineno=lineno)]
+    if not PY313:
+        return out + [Instr("MAKE_FUNCTION", flags, lineno=lineno)]
+    out.append(Instr("MAKE_FUNCTION", lineno=lineno))
+    for flag in (0x08, 0x04, 0x02, 0x01):
+        if flags & flag:
+            out.append(Instr("SET_FUNCTION_ATTRIBUTE", flag, lineno=lineno))
     return out
 
 
@@ -529,19 +548,48 @@ def exception_exits(code: types.CodeType) -> tuple:
     return tuple(exits(i, frozenset()) for i in range(len(insts)))
 
 
-def new_code(orig_code: types.CodeType, argnames, body, name, qualname) -> types.CodeType:
+def new_code(orig_code: types.CodeType, argnames, body, name, qualname, cells_free=False) -> types.CodeType:
     """A code object with orig_code's cells, free variables, file and first line, taking the
-    plain positional arguments ``argnames`` and running ``body`` (which includes its prologue)."""
+    plain positional arguments ``argnames`` and running ``body`` (which includes its prologue).
+    ``cells_free``: orig_code's cells are free variables of the new code (it is given them;
+    ``body`` must name them as FreeVar, see ``cells_as_free``)."""
     orig = Bytecode.from_code(orig_code)
     new = Bytecode()
     for field in ("cellvars", "freevars", "filename", "first_lineno"):
         setattr(new, field, getattr(orig, field))
+    if cells_free:
+        new.freevars, new.cellvars = list(orig.freevars) + list(orig.cellvars), []
     new.argcount, new.posonlyargcount, new.kwonlyargcount = len(argnames), 0, 0
     new.argnames = list(argnames)
     new.name, new.qualname = name, qualname
     new.flags = orig_code.co_flags & ~(GENERATOR_FLAGS | VARARGS_FLAG | VARKEYWORDS_FLAG)
     new.extend(body)
     return new.to_code()
+
+
+@functools.lru_cache(maxsize=256)
+def line_starts(code) -> tuple:
+    """For each instruction index of ``code``, whether it starts a line (its line differs from
+    the previous instruction's)."""
+    insts = decode(code)
+    return tuple(i == 0 or inst.lineno != insts[i - 1].lineno for i, inst in enumerate(insts))
+
+
+def cells_as_free(items, code) -> list:
+    """``items`` with every reference to a cell variable of ``code`` made a free-variable one."""
+    cells = set(code.co_cellvars)
+    out = []
+    for item in items:
+        if is_instr(item) and (isinstance(item.arg, CellVar) or (
+                item.name in _CELL_SLOT_OPS and isinstance(item.arg, str) and item.arg in cells)):
+            item = Instr(item.name, FreeVar(var_name(item.arg)), lineno=item.lineno)
+        out.append(item)
+    return out
+
+
+# ops whose argument is a local slot: an argument that is also a cell names its slot by its name
+_CELL_SLOT_OPS = {"LOAD_DEREF", "STORE_DEREF", "DELETE_DEREF", "LOAD_CLOSURE", "LOAD_FAST",
+                  "LOAD_CLASSDEREF", "LOAD_FROM_DICT_OR_DEREF"}
 
 
 def code_items(code: types.CodeType) -> list:

@@ -36,7 +36,12 @@ class PyCodegen:
             return self.load_local(self._temps[id(var)])
         if isinstance(var, (TensorVariable, SymNodeVariable)):
             return self._tensor(var)
-        var.reconstruct(self)
+        try:
+            var.reconstruct(self)
+        except Unsupported as e:
+            if getattr(e, "culprit", None) is None:  # the innermost value that cannot be rebuilt
+                e.culprit = var
+            raise
         from .variables.base import CellVariable
         from .variables.exceptions import ExceptionVariable
         from .variables.functions import NestedUserFunctionVariable

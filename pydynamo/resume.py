@@ -4,9 +4,10 @@ A resume function for (code, instruction index, stack shape, live locals) is mad
 original code: its arguments are the saved stack values (``___stack<i>``) and the live locals
 (under their own names); a prologue pushes the stack back and jumps to the instruction. Some
 slots are re-created rather than passed: a NULL cannot be an argument; re-entering
-``torch.no_grad()`` both restores the grad mode and leaves a real ``__exit__`` on the stack; a
-loop's iterator arrives as the tuple of the items left and the prologue calls iter() on it (the
-trace then knows the items); a value in several slots arrives once and the prologue copies it
+``torch.no_grad()`` both restores the grad mode and leaves a real ``__exit__`` on the stack; an
+iterator arrives as the tuple of the items left and the prologue makes it again (iter() for a
+loop's own, ``("iter", kind)`` slots and ``("iter", name, kind)`` locals through
+lists.rebuild_iterator, giving its own type), so the trace knows the items; a value in several slots arrives once and the prologue copies it
 (``("alias", argument)`` slots, ``(name, argument)`` locals), so aliasing survives the break. The rest of the body is the original, so line numbers,
 exception handlers and loops are the user's; the code keeps the user's co_filename, so the
 hook captures it on its next call like any other frame.
@@ -98,8 +99,20 @@ def _stack_prologue(shape, live, lineno):
     """Instructions that bind aliased locals and push the stack of ``shape`` back from the
     ``___stack<i>`` arguments."""
     out = []
+    for i, slot in enumerate(shape):  # first, as locals may alias them
+        if isinstance(slot, tuple) and slot[0] == "iter":  # ("iter", kind)
+            out.extend(_rebuild_iterator(f"___stack{i}", slot[1], lineno))
+            out.append(bu.create_instruction("STORE_FAST", f"___stack{i}", lineno=lineno))
     for entry in live:
-        if isinstance(entry, tuple):  # (name, the argument holding the same object)
+        if isinstance(entry, tuple) and entry[0] == "iter":  # ("iter", name, kind)
+            out.extend(_rebuild_iterator(entry[1], entry[2], lineno))
+            out.append(bu.create_instruction("STORE_FAST", entry[1], lineno=lineno))
+    for entry in live:
+        if isinstance(entry, tuple) and entry[0] == "fn":  # ("fn", name, spec)
+            out.extend(_rebuild_function(entry[1], entry[2], lineno))
+            out.append(bu.create_instruction("STORE_FAST", entry[1], lineno=lineno))
+    for entry in live:
+        if isinstance(entry, tuple) and entry[0] not in ("iter", "fn"):  # (name, the argument holding the same object)
             out.append(bu.create_instruction("LOAD_FAST", entry[1], lineno=lineno))
             out.append(bu.create_instruction("STORE_FAST", entry[0], lineno=lineno))
     for i, slot in enumerate(shape):
@@ -107,10 +120,11 @@ def _stack_prologue(shape, live, lineno):
             out.append(bu.create_instruction("LOAD_FAST", slot[1], lineno=lineno))
         elif slot == "null":
             out.append(bu.create_instruction("PUSH_NULL", lineno=lineno))
-        elif slot in ("value", "iter"):
+        elif slot == "value" or slot[0] == "iter":
             out.append(bu.create_instruction("LOAD_FAST", f"___stack{i}", lineno=lineno))
-            if slot == "iter":
-                out.append(bu.create_instruction("GET_ITER", lineno=lineno))
+        elif slot == "iter":
+            out.append(bu.create_instruction("LOAD_FAST", f"___stack{i}", lineno=lineno))
+            out.append(bu.create_instruction("GET_ITER", lineno=lineno))
         else:  # ("ctx", fn, args, grad): enter `with fn(*args)` again, then set grad mode grad
             _, fn, args, grad = slot
             out.extend(bu.with_null([bu.create_instruction("LOAD_CONST", fn, lineno=lineno)],
@@ -130,11 +144,56 @@ def _stack_prologue(shape, live, lineno):
     return out
 
 
+def _rebuild_iterator(arg, kind, lineno):
+    """``rebuild_iterator(arg, kind)``: the iterator ``arg`` (a tuple of its items) stood for."""
+    from .variables.lists import rebuild_iterator
+    out = bu.with_null([bu.create_instruction("LOAD_CONST", rebuild_iterator, lineno=lineno)],
+                       bu.create_instruction("PUSH_NULL", lineno=lineno))
+    out.append(bu.create_instruction("LOAD_FAST", arg, lineno=lineno))
+    out.append(bu.create_instruction("LOAD_CONST", kind, lineno=lineno))
+    out.extend(bu.create_call(2, lineno=lineno))
+    return out
+
+
+def _rebuild_function(arg, spec, lineno):
+    """MAKE_FUNCTION again of a function made before the break (functions.prologue_spec):
+    ``arg`` holds its (keyword defaults, defaults), its cells are the frame's, free here."""
+    code, has_defaults, has_kwdefaults, cells, annotations = spec
+    out, flags = [], 0
+    if has_defaults or has_kwdefaults:
+        out.append(bu.create_instruction("LOAD_FAST", arg, lineno=lineno))
+        # (keyword defaults, defaults) unpacks to [defaults, keyword defaults] (the first on top)
+        out.append(bu.create_instruction("UNPACK_SEQUENCE", 2, lineno=lineno))
+        if not has_kwdefaults:  # [defaults, None]
+            out.append(bu.create_instruction("POP_TOP", lineno=lineno))
+        elif not has_defaults:  # [None, keyword defaults]
+            out.append(bu.create_instruction("SWAP", 2, lineno=lineno))
+            out.append(bu.create_instruction("POP_TOP", lineno=lineno))
+        flags |= (0x01 if has_defaults else 0) | (0x02 if has_kwdefaults else 0)
+    if annotations is not None:
+        flags |= 0x04
+        out.append(bu.create_instruction("LOAD_CONST", annotations, lineno=lineno))
+    if cells:
+        flags |= 0x08
+        out.extend(bu.create_load_closure(name, _AllFree, lineno) for name in cells)
+        out.append(bu.create_instruction("BUILD_TUPLE", len(cells), lineno=lineno))
+    return out + bu.create_make_function(code, flags, lineno)
+
+
+class _AllFree:
+    """A resume function's cells are all free variables (see ``_prologue``)."""
+    co_cellvars = ()
+
+
+def _is_arg_slot(slot):
+    return slot in ("value", "iter") or (isinstance(slot, tuple) and slot[0] == "iter")
+
+
 def _make_resume_code(code, index, shape, live):
     insts = bu.decode(code)
     lineno = insts[index].lineno or code.co_firstlineno
     target = bu.new_label()
-    body = bu.prologue(code, code.co_firstlineno) + _stack_prologue(shape, live, lineno)
+    body = _prologue(code) + _stack_prologue(shape, live, lineno)
     body.append(bu.create_jump_forward(target, lineno))
     index_map, n, new_index = {}, 0, len(body)
     for item in bu.code_items(code):
@@ -147,16 +206,36 @@ def _make_resume_code(code, index, shape, live):
             index_map[new_index] = n - 1
             new_index += 1
         body.append(item)
-    argnames = [f"___stack{i}" for i, s in enumerate(shape) if s in ("value", "iter")]
-    argnames += [name for name in live if isinstance(name, str)]
+    body = bu.cells_as_free(body, code)
+    argnames = [f"___stack{i}" for i, s in enumerate(shape) if _is_arg_slot(s)]
+    argnames += [e if isinstance(e, str) else e[1] for e in live if isinstance(e, str) or e[0] in ("iter", "fn")]
     first = super_argument(code, live)
     if first is not None:  # zero-argument super() reads the first local slot
         argnames.remove(first)
         argnames.insert(0, first)
     name = f"resume_in_{code.co_name}_at_{lineno}"
-    new = bu.new_code(code, argnames, body, name, name)
+    new = bu.new_code(code, argnames, body, name, name, cells_free=True)
     _origins[new] = (code, index_map)
     return new
+
+
+def _prologue(code):
+    """The resume function's own prologue: the frame's cells are its free variables (the
+    frame passes its cells, so functions made before the break share them), then RESUME."""
+    out = []
+    n = len(code.co_freevars) + len(code.co_cellvars)
+    if n:
+        out.append(bu.create_instruction("COPY_FREE_VARS", n, lineno=code.co_firstlineno))
+    out.append(bu.create_instruction("RESUME", 0, lineno=code.co_firstlineno))
+    return out
+
+
+def in_prologue(code, index):
+    """Instruction ``index`` of ``code`` only sets the frame up: a function's prologue (RESUME,
+    cells), or a resume function's own (which rebuilds the stack and jumps to the user's code)."""
+    if code in _origins:
+        return index not in _origins[code][1]
+    return bu.decode(code)[index].opname in ("RESUME", "MAKE_CELL", "COPY_FREE_VARS")
 
 
 def is_resume_code(code):
@@ -170,16 +249,17 @@ def resume_code(code, index, shape, live):
     key = (index, shape, live)
     if key not in per_code:
         new = _make_resume_code(code, index, shape, live)
-        per_code[key] = (new, None if code.co_freevars else f"__resume_{id(new):x}")
+        per_code[key] = (new, None if new.co_freevars else f"__resume_{id(new):x}")
     return per_code[key]
 
 
 def codegen_load_resume(cg, f_globals, code, index, shape, live):
-    """Push the resume function (and its NULL) for a call; returns the resume code."""
+    """Push the resume function (and its NULL) for a call; returns the resume code. One with
+    free variables is made here, a closure over the frame's cells (``cg.code``'s)."""
     from .output_graph import install_global
     new, gname = resume_code(code, index, shape, live)
     if gname is None:
-        cg.append_callable(lambda: cg.append(*bu.create_make_closure(new)))
+        cg.append_callable(lambda: cg.append(*bu.create_make_closure(new, cg.code)))
         return new
     fn = f_globals.get(gname)
     if not (isinstance(fn, types.FunctionType) and fn.__code__ is new):

@@ -19,8 +19,9 @@ earlier one (only the final state is observable):
   object's tracker (``attrs`` / ``slots``), where the trace reads it back;
 * a global of the frame's module (``global G; G = x``): ``STORE_GLOBAL``;
 * a call whose only effect is outside the program (logging, warnings): the call itself;
-* a closure cell of a function that existed before the frame (``nonlocal n; n += 1``):
-  ``STORE_DEREF`` for the frame's own cells, ``cell.cell_contents = x`` for others;
+* a closure cell of a function that existed before the frame (``nonlocal n; n += 1``), or one
+  of the compiled frame's own cells: ``STORE_DEREF`` for the frame's own cells and free
+  variables, ``cell.cell_contents = x`` for others;
 * a Python attribute of a tensor the graph computes (``y = x * 2; y.tag = 5``): keyed by its
   fake tensor (an op that returns its input, ``y.add_(1)``, gives the same one), ``STORE_ATTR``
   on the graph's output, if the tensor is one; a tensor the graph does not return is dead, and
@@ -84,9 +85,13 @@ class SideEffects:
 
     def store_cell(self, cell, value):
         """``nonlocal x; x = value`` into a closure cell that existed before the frame."""
-        key = ("cell", cell.source.name())
+        key = ("cell", cell.source.name() if cell.source is not None else f"<cell {cell.frame_name}>")
         self._effects.pop(key, None)
         self._effects[key] = ("cell", cell, value)
+
+    def drop_cell(self, cell):
+        """Forget the stores into the frame's own ``cell`` (the frame is returning)."""
+        self._effects.pop(("cell", f"<cell {cell.frame_name}>"), None)
 
     def store_tensor_attr(self, var, name, value):
         """``var.name = value`` on a tensor computed in the graph."""
@@ -208,7 +213,7 @@ def _load_target(cg, effect):
     kind = effect[0]
     if kind in ("contents", "attr", "objattr"):
         src = effect[1].source
-    elif kind == "cell" and not isinstance(effect[1].source, ClosureSource):
+    elif kind == "cell" and effect[1].source is not None and not isinstance(effect[1].source, ClosureSource):
         src = effect[1].source.base
     else:
         return None

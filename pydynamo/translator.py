@@ -20,12 +20,12 @@ from .exc import ExceptionRaised, Unsupported, UnsupportedOpcodeError
 from .opcodes import UNSUPPORTED, OpcodeHandlers
 from .output_graph import OutputGraph
 from .source import BuiltinSource, ClosureSource, GlobalSource, LocalSource
-from .variables.base import NULL, NullVariable, VariableTracker
+from .variables.base import CLOCK, NULL, NullVariable, VariableTracker
 from .variables.constant import ConstantVariable
 from .variables.ctx import (WithExitVariable, check_all_closed, close_blocks, codegen_enter,
                              codegen_exit, leave_all)
 from .variables.exceptions import CALLER_EXC_INFO, ExceptionVariable
-from .variables.functions import check_suspended_generators, closure_cell
+from .variables.functions import NestedUserFunctionVariable, check_suspended_generators, closure_cell
 from .variables.lists import ListIteratorVariable, TupleVariable
 from .variables.builder import wrap_value
 from .variables.compile_region import InlineRegion
@@ -197,11 +197,13 @@ class TranslatorBase(OpcodeHandlers):
 class RestartAnalysis(Exception):
     """The trace met something it cannot capture at top-frame step ``step``: trace again from
     the start and break the graph there (nothing has to be undone: the first trace is thrown
-    away, and the second stops before the instruction that failed)."""
+    away, and the second stops before the instruction that failed). ``before``: the break
+    could not be made there, so it is made before the instruction at ``step``, an earlier one
+    (the instruction is then not run natively: the resume function starts with it)."""
 
-    def __init__(self, step, exc):
+    def __init__(self, step, exc, before=False):
         super().__init__(step)
-        self.step, self.exc = step, exc
+        self.step, self.exc, self.before = step, exc, before
 
 
 class InstructionTranslator(TranslatorBase):
@@ -217,7 +219,11 @@ class InstructionTranslator(TranslatorBase):
         output = OutputGraph(code, f_globals, backend, dynamic)
         super().__init__(output, code, f_globals, f_builtins, GlobalSource, {}, {}, 0)
         self.fullgraph = fullgraph
-        self.break_at = break_at  # (step, Unsupported) found by an earlier trace, or None
+        # (step, Unsupported, before) found by an earlier trace, or None
+        self.break_at = break_at
+        self.line_starts = bu.line_starts(code)
+        self.break_points = {}  # step -> line, where a break before the instruction may be made
+        self.started = False  # has the user's code run (a break before it would capture nothing)
         self.graph_breaks = []  # the Unsupported behind each break this trace emitted
         for index, name in enumerate(bu.argument_names(code)):
             if name not in f_locals:
@@ -233,18 +239,34 @@ class InstructionTranslator(TranslatorBase):
     def root_globals(self):
         return self.f_globals
 
+    def MAKE_CELL(self, inst):
+        """The frame's own cells exist at run time (see CellVariable)."""
+        from .variables.base import CellVariable
+        name = bu.var_name(inst.arg)
+        self.cells[name] = CellVariable(self.symbolic_locals.pop(name, None), frame_name=name)
+
     def outer_exception(self):
         return CALLER_EXC_INFO
 
     def return_value(self, value):
         check_suspended_generators(self.output)
         check_all_closed(self)
+        for cell in self.cells.values():  # the frame's cells die with it: a function it returns
+            if cell.frame_name is not None:  # gets a fresh cell with the final contents
+                self.output.side_effects.drop_cell(cell)
+                cell.frame_name = None
         self.output.compile_and_return(self, value, self.current.lineno)
         self.done = True
 
     def dispatch(self, inst):
+        CLOCK[0] = self.steps
         if self.break_at is not None and self.steps == self.break_at[0]:
+            if self.break_at[2]:
+                return self.break_before(inst, self.break_at[1])
             return self.break_graph(inst, self.break_at[1])
+        if self.started and self.line_starts[inst.index] and not self.kw_names and self.can_break_before(inst):
+            self.break_points[self.steps] = inst.lineno
+        self.started = self.started or not resume.in_prologue(self.code, inst.index)
         try:
             super().dispatch(inst)
         except ExceptionRaised:
@@ -287,6 +309,12 @@ class InstructionTranslator(TranslatorBase):
             return False
         return bu.conditional_jump(inst) is not None or bu.native_form(inst) is not None
 
+    def can_break_before(self, inst):
+        """A break before ``inst`` runs nothing natively: it needs only to be outside the
+        user's handlers and not while the frame handles an exception (see ``can_break``)."""
+        return bu.exception_exits(self.code)[inst.index] is not None and \
+            not isinstance(self.exc_value, ExceptionVariable)
+
     def break_graph(self, inst, exc):
         """End the trace at ``inst``: graph so far, ``inst`` natively, then resume functions."""
         try:
@@ -299,6 +327,41 @@ class InstructionTranslator(TranslatorBase):
                     kw_names = tuple(self.pop().as_python_constant())
                 self._break_native(inst, bu.native_form(inst, kw_names))
         except Unsupported as e:
+            self._break_earlier(exc, e)
+            raise Unsupported(f"{exc.reason}; the graph could not be broken there: {e.reason}",
+                              exc.hint) from None
+        self.graph_breaks.append(exc)
+        self.done = True
+
+    def _break_earlier(self, exc, failure):
+        """A break failed because a value alive there cannot be rebuilt (``failure.culprit``):
+        trace again and break before the line where it was made, if the frame has one where a
+        break can be made (restarts go ever earlier; a frame whose first line has that value
+        alive runs eagerly)."""
+        culprit = getattr(failure, "culprit", None)
+        if culprit is None or self.fullgraph:
+            return
+        earlier = [s for s in self.break_points if s <= culprit.born and s < self.steps]
+        if earlier:
+            line = self.break_points[earlier[-1]]
+            why = Unsupported(f"{exc.reason} (the graph is broken before line {line}: later, "
+                              f"{failure.reason})", exc.hint)
+            why.user_stack = list(exc.user_stack)
+            why.original = getattr(exc, "original", exc)
+            raise RestartAnalysis(earlier[-1], why, before=True)
+
+    def break_before(self, inst, exc):
+        """End the trace before ``inst`` (an earlier break could not be made): graph so far,
+        then the resume function from ``inst`` on, given the stack and the live locals."""
+        try:
+            check_suspended_generators(self.output)
+            stack = list(self.stack)
+            live = self._live(inst.index)
+            cg, temps = self._start_break(stack + [self.symbolic_locals[n] for n in live])
+            self._call_resume(cg, inst.index, stack, live, temps)
+            self.output.finish(cg, inst.lineno)
+        except Unsupported as e:
+            self._break_earlier(exc, e)
             raise Unsupported(f"{exc.reason}; the graph could not be broken there: {e.reason}",
                               exc.hint) from None
         self.graph_breaks.append(exc)
@@ -309,30 +372,53 @@ class InstructionTranslator(TranslatorBase):
             return "null"
         if isinstance(var, WithExitVariable):
             return self._blocks.slot(var.ctx)
+        if isinstance(var, NestedUserFunctionVariable) and id(var) in self._local_ids \
+                and id(var) not in self._nested_ids:
+            spec = var.prologue_spec(self.f_globals)
+            if spec is not None:  # made again by the prologue (one value, seen by names only)
+                return ("fn", spec)
         if isinstance(var, ListIteratorVariable):
-            return "iter"  # passed as a tuple of the items left; the prologue calls iter()
+            # passed as a tuple of the items left, made again by the prologue with its own type;
+            # a loop's iterator that no name sees may be any iterator of them (iter())
+            kind = var.rebuild_kind()
+            if kind is not None:
+                return ("iter", kind)
+            if id(var) not in self._local_ids:
+                return "iter"
+            var.reconstruct(None)  # raises: it cannot be rebuilt
         return "value"
 
+    def _is_iter_slot(self, slot):
+        return slot == "iter" or (isinstance(slot, tuple) and slot[0] == "iter")
+
+    def _argument(self, var, slot):
+        """What the resume function is given for ``var`` in ``slot``."""
+        if self._is_iter_slot(slot):
+            return TupleVariable(var.items[var.index:])
+        if isinstance(slot, tuple) and slot[0] == "fn":
+            return var.prologue_argument()
+        return var
+
     def _live(self, index):
-        for name, cell in self.cells.items():
-            if not cell.pre_existing and cell.contents is not None:
-                raise Unsupported(f"the closure variable {name!r} holds a value at the break")
         live = resume.live_locals(*resume.origin(self.code, index))
         return tuple(n for n in self.code.co_varnames if n in live and n in self.symbolic_locals)
 
     def _save(self, cg, values):
         """Store each value (None for NULL / `with` slots) in a temporary; their names. One
-        tracker in several slots is saved once: the resume function gets one object."""
-        check_no_nested_aliases(values)
+        tracker in several slots is saved once: the resume function gets one object; and a
+        container made in the trace is built once however many values hold it (PyCodegen
+        keeps what it built), so aliases stay one object."""
         temps, seen = [], {}
         for var in values:
             slot = self._slot(var)
-            if slot not in ("value", "iter"):
+            if slot != "value" and not self._is_iter_slot(slot) and slot[0] != "fn":
                 temps.append(None)
             elif id(var) in seen:
                 temps.append(seen[id(var)])
             else:
-                cg(TupleVariable(var.items[var.index:]) if slot == "iter" else var)
+                if slot == "value":
+                    refuse_new_functions(var)
+                cg(self._argument(var, slot))
                 temps.append(cg.new_temp())
                 cg.store_local(temps[-1])
                 seen[id(var)] = temps[-1]
@@ -344,6 +430,8 @@ class InstructionTranslator(TranslatorBase):
         native instruction must see (the graph may have switched it; inside them,
         ``_append_in_blocks`` sets it)."""
         out = self.output
+        self._local_ids = {id(v) for v in self.symbolic_locals.values()}
+        self._nested_ids = nested_ids(values, self.output.side_effects.values())
         self._blocks = close_blocks(self)
         cg, saved = out.begin_code(values)
         temps = self._save(cg, values)
@@ -374,7 +462,9 @@ class InstructionTranslator(TranslatorBase):
             else:
                 first_pos = len(args) if name == first else first_pos
                 arg_of[temp] = name
-                live.append(name)
+                slot = self._slot(self.symbolic_locals[name])
+                rebuilt = isinstance(slot, tuple) and slot[0] in ("iter", "fn")
+                live.append((slot[0], name, slot[1]) if rebuilt else name)
                 args.append(temp)
         if self._blocks.ctxs:  # leave them; the resume function enters them again
             codegen_exit(cg, self._blocks)
@@ -402,7 +492,7 @@ class InstructionTranslator(TranslatorBase):
         cg, temps = self._start_break(stack + [self.symbolic_locals[n] for n in live])
         stack_temps, local_temps = temps[:len(stack)], temps[len(stack):]
         keep = len(stack) - form.pops
-        if any(self._slot(v) not in ("value", "null") for v in stack[keep:]):
+        if any(self._slot(v) not in ("value", "null") for v in stack[keep:]):  # (tuples: iterators)
             raise Unsupported("the instruction consumes a `with` block's exit or an iterator")
         for temp in stack_temps[keep:]:
             cg.load_local(temp) if temp is not None else cg.append_push_null()
@@ -456,21 +546,28 @@ class _NativeResult(VariableTracker):
     """A value the natively run instruction left on the stack (known only at run time)."""
 
 
-def check_no_nested_aliases(values):
-    """A mutable container reachable both as a slot and inside another value (or inside two)
-    would become two objects in the resume function: refuse such a break."""
+def refuse_new_functions(var):
+    """A function made in the trace, given to the resume function as an object (not made again
+    by its prologue), would be a new object on each call, which its trace guards by identity:
+    compiled again on every call. Refused (the break is then made before the line making it)."""
     from .output_graph import walk_values
-    from .variables.dicts import DictVariable
-    from .variables.lists import ListVariable
-    from .variables.sets import SetVariable
-    seen = set()
-    tops = {id(v) for v in values}
-    for top in {id(v): v for v in values}.values():
-        for var in walk_values([top]):
-            if var is not top and isinstance(var, (ListVariable, DictVariable, SetVariable)):
-                if id(var) in tops or id(var) in seen:
-                    raise Unsupported(f"{var} is shared by several values live at the break")
-                seen.add(id(var))
+    for inner in walk_values([var]):
+        if isinstance(inner, NestedUserFunctionVariable):
+            exc = Unsupported(f"the function {inner.code.co_qualname}, made in the trace, would be "
+                              "given to the rest of the frame as a new object on each call")
+            exc.culprit = inner
+            raise exc
+
+
+def nested_ids(values, more=()):
+    """Ids of the trackers reachable from inside ``values`` or from ``more`` (not as a value
+    of ``values`` itself)."""
+    from .output_graph import walk_values
+    inner = set()
+    for top in values:
+        inner.update(id(v) for v in walk_values([top]) if v is not top)
+    inner.update(id(v) for v in walk_values(list(more)))
+    return inner
 
 
 class InliningTranslator(TranslatorBase):
@@ -547,9 +644,9 @@ def convert(code, f_globals, f_builtins, f_locals, closure, backend, *, fullgrap
                     raise AssertionError("a region to inline was traced as a region again") from None
                 inline_regions.add(region.code)
             except RestartAnalysis as restart:
-                if break_at is not None:
+                if break_at is not None and not (restart.before and restart.step < break_at[0]):
                     raise AssertionError("a trace failed before the break found by the last one")
-                break_at = (restart.step, restart.exc)
+                break_at = (restart.step, restart.exc, restart.before)
             finally:
                 leave_all(tx.output)  # context managers a trace stopped inside
     finally:

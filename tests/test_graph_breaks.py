@@ -697,7 +697,7 @@ CASES = [
     (if_not_compare, lambda: (t(4),), 2),
     (fstring_of_items, lambda: (t(4),), 2),
     (swap_around_break, lambda: (t(4), t(4, seed=1)), 2),
-    (lambda_defaults_around_break, lambda: (t(4),), 1),  # k, a cell holding a value: no break
+    (lambda_defaults_around_break, lambda: (t(4),), 2),  # k, a cell holding a value: the frame's own cell
     (method_kw_break, lambda: (t(2, 3),), 2),
     (cell_comprehension_break, lambda: (t(4),), 1),
 ]

@@ -276,7 +276,10 @@ def test_nopython_is_fullgraph():
 
 # ---- what cannot break runs eagerly, with a reason --------------------------------------------
 
-def test_live_closure_cell_runs_the_frame_eagerly_with_a_reason(capsys):
+def test_live_closure_cell_is_shared_with_the_resume_function(capsys):
+    """A cell of the frame holding a value at a break: the resume function gets the frame's
+    own cells (free variables of its code), and the function made before the break is made
+    again by its prologue over them, so the second call compiles nothing."""
     def clos(x):
         k = x + 1
 
@@ -286,10 +289,30 @@ def test_live_closure_cell_runs_the_frame_eagerly_with_a_reason(capsys):
         return g()
     cnt = CompileCounter()
     x = torch.ones(2)
-    assert same(pydynamo.optimize(cnt)(clos)(x), clos(x))
-    assert cnt.frame_count == 1  # clos ran eagerly; the inner g it calls is a frame of its own
-    out = pydynamo.explain(clos)(x)
-    assert "the closure variable 'k' holds a value at the break" in out.break_reasons[0].reason
+    opt = pydynamo.optimize(cnt)(clos)
+    assert same(opt(x), clos(x))
+    assert cnt.frame_count == 2  # k = x + 1; then g() inlined in the resume function
+    assert same(opt(x + 1), clos(x + 1))
+    assert cnt.frame_count == 2
+
+
+def test_nonlocal_store_after_a_break_reaches_the_closure(capsys):
+    def counter(x):
+        n = 0
+
+        def bump():
+            nonlocal n
+            n += 1
+            return n
+        bump()
+        print("b")
+        bump()
+        return x * n, bump
+    cnt = CompileCounter()
+    out, fn = pydynamo.optimize(cnt)(counter)(torch.ones(2))
+    ref, ref_fn = counter(torch.ones(2))
+    assert same(out, ref)
+    assert fn() == ref_fn() == 3  # the returned closure shares the frame's (real) cell
 
 
 def test_graph_break_log_once_per_location(caplog):

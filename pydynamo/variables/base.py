@@ -12,9 +12,15 @@ inputs, and is what guards and reconstruction use.
 from ..exc import Unsupported
 
 
+# the top frame's step counter when a tracker is made (set by the InstructionTranslator): a
+# break that cannot rebuild a value is moved before the step that made it (translator.py)
+CLOCK = [0]
+
+
 class VariableTracker:
     def __init__(self, source=None):
         self.source = source
+        self.born = CLOCK[0]
 
     def python_type(self):
         raise Unsupported(f"the type of {self} is not known while tracing")
@@ -237,15 +243,20 @@ class CellVariable(VariableTracker):
     Cells of functions that exist before the trace are read through ``read`` lazily, so only
     cells the code uses are guarded; one tracker stands for each such cell object (see
     functions.closure_cell), and storing into it (``nonlocal``) is a side effect replayed by
-    the generated code. A cell made in the trace exists at run time only if a function that
-    closes over it is returned: then it is made anew, holding the final contents.
+    the generated code. The compiled frame's own cells (``frame_name``: co_cellvars, made by
+    its MAKE_CELL) exist at run time: a store into one is replayed (STORE_DEREF) before a break
+    or the return, and a function made in the trace closes over the real cell, which a resume
+    function shares (resume.py). Another cell made in the trace (an inlined call's) exists at
+    run time only if a function that closes over it outlives the trace: then it is made anew,
+    holding the final contents.
     """
 
-    def __init__(self, contents=None, real_cell=None, source=None, pre_existing=False):
+    def __init__(self, contents=None, real_cell=None, source=None, pre_existing=False, frame_name=None):
         super().__init__(source)
         self.contents = contents
         self.real_cell = real_cell
         self.pre_existing = pre_existing
+        self.frame_name = frame_name
         # reached both as the compiled frame's own cell and through a function's __closure__:
         # which cell the function has is not guarded, so stores are refused
         self.shared = False
@@ -264,7 +275,9 @@ class CellVariable(VariableTracker):
         return self.contents
 
     def write(self, tx, value):
-        if self.pre_existing:
+        if self.frame_name is not None:
+            tx.output.side_effects.store_cell(self, value)
+        elif self.pre_existing:
             if self.source is None or self.shared:
                 raise Unsupported("assignment to a closure variable whose cell the trace cannot "
                                   "name (a nonlocal side effect)")
@@ -276,6 +289,8 @@ class CellVariable(VariableTracker):
         """The cell object itself (a closure tuple holds cells, not their contents)."""
         from .. import bytecode_utils as bu
         from ..source import AttrSource, ClosureSource
+        if self.frame_name is not None:
+            return codegen.append(bu.create_load_closure(self.frame_name, codegen.code))
         if not self.pre_existing:
             import types
             codegen.load_function(types.CellType)
@@ -292,6 +307,8 @@ class CellVariable(VariableTracker):
         """Store the top of the stack into this (pre-existing) cell."""
         from .. import bytecode_utils as bu
         from ..source import ClosureSource
+        if self.frame_name is not None:
+            return codegen.append(bu.create_instruction("STORE_DEREF", bu.CellVar(self.frame_name)))
         if isinstance(self.source, ClosureSource):
             return codegen.append(bu.create_instruction("STORE_DEREF", bu.FreeVar(self.source.var_name)))
         codegen.source(self.source.base)

@@ -247,7 +247,12 @@ class UserMethodVariable(VariableTracker):
         return UserFunctionVariable(self.fn, self.source).has_attr(tx, name)
 
     def reconstruct(self, codegen):
-        raise Unsupported("a bound method cannot be returned from compiled code")
+        """``types.MethodType(fn, obj)``: what reading the attribute made (a new bound method
+        each read, so identity is not observable)."""
+        codegen.load_function(types.MethodType)
+        codegen.load_const(self.fn)  # the function the trace bound (its guards pin it)
+        codegen(self.obj)
+        codegen.append_call(2)
 
     def _repr_value(self):
         return self.fn.__qualname__
@@ -333,6 +338,37 @@ class NestedUserFunctionVariable(VariableTracker):
         return self.code.co_qualname
 
 
+    def prologue_spec(self, frame_globals):
+        """How a resume function's prologue makes this function again (MAKE_FUNCTION of its
+        code, over the frame's cells of the same names), so that its trace sees a function made
+        in the trace, not an object it would guard by identity (and compile again for each
+        call): (code, has defaults, has keyword defaults, the cells' names, annotations). None
+        where it cannot: a cell that is not one of the frame's, other globals, attributes."""
+        from ..source import ClosureSource
+        if self.attrs or self.f_globals is not frame_globals:
+            return None
+        names = []
+        for cell in self.closure:
+            name = getattr(cell, "frame_name", None)
+            if name is None and getattr(cell, "pre_existing", False) and isinstance(cell.source, ClosureSource):
+                name = cell.source.var_name
+            if name is None:
+                return None
+            names.append(name)
+        annotations = None
+        if self.annotations is not None:
+            if not self.annotations.is_python_constant():
+                return None
+            annotations = self.annotations.as_python_constant()
+        return (self.code, bool(self.defaults), bool(self.kwdefaults), tuple(names), annotations)
+
+    def prologue_argument(self):
+        """What the resume function is given for it: (keyword defaults, defaults)."""
+        from .constant import ConstantVariable
+        return TupleVariable([DictVariable(self.kwdefaults) if self.kwdefaults else ConstantVariable(None),
+                              TupleVariable(self.defaults) if self.defaults else ConstantVariable(None)])
+
+
 def make_function(code, f_globals, defaults, kwdefaults, closure, annotations):
     """What MAKE_FUNCTION makes (generated code calls it to rebuild a function of the trace)."""
     fn = types.FunctionType(code, f_globals, code.co_name, defaults, closure)
@@ -387,6 +423,10 @@ class GeneratorVariable(TypeAttributes, VariableTracker):
             raise
         return None if g.finished else g.result
 
+    def nested_values(self):
+        """What its frame holds (rebuilding a C iterator's polyfill reads it: see reconstruct)."""
+        return [*self.gen_tx.symbolic_locals.values(), *self.gen_tx.stack]
+
     def return_value(self):
         """What the generator returned (the value of ``yield from`` it), once finished."""
         from .constant import ConstantVariable
@@ -399,10 +439,67 @@ class GeneratorVariable(TypeAttributes, VariableTracker):
         return items
 
     def reconstruct(self, codegen):
-        raise Unsupported("a generator cannot be returned from compiled code")
+        """A polyfill's generator standing for a C iterator (map, filter, itertools.count...)
+        is made again as that C iterator from its state, where it is not started or suspended
+        at its yield (``_C_ITERATORS``). A user's generator suspended mid-way cannot be."""
+        g = self.gen_tx
+        polyfill = g.f_globals.get("__name__") == "pydynamo.polyfills"
+        make = _C_ITERATORS.get(g.code.co_name) if polyfill else None
+        at_yield = g.steps > 0 and not g.finished and g.instructions[g.ip - 1].opname == "YIELD_VALUE"
+        if make is None or g.finished or getattr(g, "failed", False) or not (g.steps == 0 or at_yield):
+            raise Unsupported("a generator cannot be returned from compiled code")
+        fn, args = make(g.symbolic_locals, at_yield)
+        codegen.load_function(fn)
+        for arg in args:
+            codegen(arg)
+        codegen.append_call(len(args))
 
     def _repr_value(self):
         return self.gen_tx.code.co_qualname
+
+
+def _const_plus(a, b):
+    from .constant import ConstantVariable
+    return ConstantVariable(a.as_python_constant() + (b if isinstance(b, int) else b.as_python_constant()))
+
+
+def _count_state(L, at_yield):
+    import itertools
+    return itertools.count, [_const_plus(L["n"], L["step"]) if at_yield else L["n"], L["step"]]
+
+
+def _repeat_state(L, at_yield):
+    import itertools
+    return itertools.repeat, [L["obj"]]
+
+
+def _enumerate_state(L, at_yield):
+    return enumerate, [L["it"], _const_plus(L["n"], 1) if at_yield else L["n"]]
+
+
+def _filter_state(L, at_yield):
+    import itertools
+    keep = L["keep"].as_python_constant()
+    return (filter if keep else itertools.filterfalse), [L["function"], L["it"]]
+
+
+def _zip_state(L, at_yield):
+    if L["strict"].as_python_constant():
+        raise Unsupported("zip(strict=True) cannot be rebuilt at run time")
+    return zip, list(L["its"].items)
+
+
+# the generator functions of polyfills.py that stand for C iterators, by name: (C callable,
+# arguments) making that iterator in the state of one not started (at_yield False) or
+# suspended at its yield (the next item is what the loop makes next)
+_C_ITERATORS = {
+    "_map": lambda L, at_yield: (map, [L["func"], *L["its"].items]),
+    "_filter": _filter_state,
+    "_zip": _zip_state,
+    "_count": _count_state,
+    "_repeat_forever": _repeat_state,
+    "_enumerate": _enumerate_state,
+}
 
 
 def next_item(tx, it):

@@ -348,9 +348,75 @@ class ListIteratorVariable(TypeAttributes, VariableTracker):
     def call_method(self, tx, name, args, kwargs):
         return iterator_method(tx, self, name, args, kwargs)
 
+    def rebuild_kind(self):
+        """The name ``rebuild_iterator`` knows this iterator's type by (checked to give the same
+        type for the items left), or None where it cannot be rebuilt."""
+        cls = self.python_cls
+        if cls is None or cls.__name__ not in _REBUILDERS or _REBUILDERS[cls.__name__][0] is not cls:
+            return None
+        items = self.items[self.index:]
+        if cls.__name__ in ("range_iterator", "str_iterator", "str_ascii_iterator"):
+            if not all(i.is_python_constant() for i in items):
+                return None
+            try:
+                if type(rebuild_iterator(tuple(i.as_python_constant() for i in items), cls.__name__)) is not cls:
+                    return None
+            except (TypeError, ValueError):
+                return None
+        return cls.__name__
+
     def reconstruct(self, codegen):
+        """``rebuild_iterator(items left, kind)``: an iterator of the same type yielding them."""
+        kind = self.rebuild_kind()
+        if kind is None:
+            name = self.python_cls.__name__ if self.python_cls is not None else "of unknown type"
+            raise Unsupported(f"an iterator {name} cannot be rebuilt at run time")
+        codegen.load_function(rebuild_iterator)
         codegen(TupleVariable(self.items[self.index:]))
-        codegen.append_get_iter()
+        codegen.load_const(kind)
+        codegen.append_call(2)
+
+
+def _range_of(items):
+    step = items[1] - items[0] if len(items) > 1 else 1
+    if step == 0 or any(b - a != step for a, b in zip(items, items[1:])):
+        raise ValueError("not a range")
+    start = items[0] if items else 0
+    return range(start, start + step * len(items), step)
+
+
+def _zip_rows(rows):
+    return zip(*zip(*rows)) if rows else zip()
+
+
+def _enumerate_rows(rows):
+    return enumerate(tuple(r[1] for r in rows), rows[0][0] if rows else 0)
+
+
+# kind -> (the iterator type, how to make one from the items left)
+_REBUILDERS = {type(it).__name__: (type(it), make) for it, make in [
+    (iter(()), iter), (iter([]), lambda items: iter(list(items))),
+    (reversed([]), lambda items: reversed(list(items[::-1]))),
+    (reversed(()), lambda items: reversed(items[::-1])),  # a tuple's is the generic `reversed`
+    (iter(""), lambda items: iter("".join(items))), (iter("é"), lambda items: iter("".join(items))),
+    (iter(range(0)), lambda items: iter(_range_of(items))),
+    (zip(), _zip_rows), (enumerate(()), _enumerate_rows)]}
+
+
+def rebuild_iterator(items, kind):
+    """An iterator of type ``kind`` (see ``_REBUILDERS``) yielding ``items`` (a tuple): generated
+    code calls it to rebuild an iterator of the trace, and a resume function's prologue, where
+    the trace sees it as the ListIteratorVariable it was (RebuildIteratorVariable)."""
+    return _REBUILDERS[kind][1](items)
+
+
+class RebuildIteratorVariable(VariableTracker):
+    """``rebuild_iterator`` called in a resume function's prologue: the iterator of the items."""
+
+    def call_function(self, tx, args, kwargs):
+        items, kind = args
+        cls = _REBUILDERS[kind.as_python_constant()][0]
+        return ListIteratorVariable(items.unpack_var_sequence(tx), cls)
 
 
 def iterator_attribute(tx, it, name):
