@@ -553,13 +553,6 @@ def walk_values(values, through_iterators=True):
     """Every tracker reachable from ``values`` through containers, objects' attributes, bound
     methods, closures and exceptions. ``through_iterators=False``: not an iterator's items (the
     real iterator holds its container, whose contents may have changed since)."""
-    from .variables.base import CellVariable, GetAttrVariable, VariableTracker
-    from .variables.dicts import DictVariable, DictViewVariable
-    from .variables.exceptions import ExceptionVariable
-    from .variables.functions import NestedUserFunctionVariable, UserMethodVariable
-    from .variables.lists import BaseListVariable, ListIteratorVariable
-    from .variables.objects import InstanceDictVariable, MappingProxyVariable
-    sequences = (BaseListVariable, ListIteratorVariable) if through_iterators else BaseListVariable
     stack, seen = list(values), set()
     while stack:
         var = stack.pop()
@@ -567,26 +560,39 @@ def walk_values(values, through_iterators=True):
             continue
         seen.add(id(var))
         yield var
-        if isinstance(var, sequences):
-            stack.extend(var.items)
-        elif isinstance(var, DictVariable):
-            stack.extend(var.items.values())
-        elif isinstance(var, DictViewVariable):
-            stack.append(var.dict_var)
-        elif isinstance(var, (GetAttrVariable, UserMethodVariable)):
-            stack.append(var.obj)
-        elif hasattr(var, "nested_values"):  # user objects (objects.py)
-            stack.extend(var.nested_values())
-        elif isinstance(var, InstanceDictVariable):  # not its owner: the dict does not hold it
-            stack.extend(v for v in var.obj.attrs.values() if isinstance(v, VariableTracker))
-        elif isinstance(var, MappingProxyVariable):
-            stack.append(var.mapping)
-        elif isinstance(var, NestedUserFunctionVariable):
-            stack.extend([*var.defaults, *var.kwdefaults.values(), *var.closure])
-        elif isinstance(var, CellVariable) and var.contents is not None:
-            stack.append(var.contents)
-        elif isinstance(var, ExceptionVariable):
-            stack.extend([*var.args, *(v for v in (var.cause, var.context) if isinstance(v, VariableTracker))])
+        stack.extend(children(var, through_iterators))
+
+
+def children(var, through_iterators=True):
+    """The trackers ``var`` holds directly (see walk_values)."""
+    from .variables.base import CellVariable, GetAttrVariable, VariableTracker
+    from .variables.dicts import DictVariable, DictViewVariable
+    from .variables.exceptions import ExceptionVariable
+    from .variables.functions import NestedUserFunctionVariable, UserMethodVariable
+    from .variables.lists import BaseListVariable, ListIteratorVariable
+    from .variables.objects import InstanceDictVariable, MappingProxyVariable
+    sequences = (BaseListVariable, ListIteratorVariable) if through_iterators else BaseListVariable
+    if isinstance(var, sequences):
+        return list(var.items)
+    if isinstance(var, DictVariable):
+        return list(var.items.values())
+    if isinstance(var, DictViewVariable):
+        return [var.dict_var]
+    if isinstance(var, (GetAttrVariable, UserMethodVariable)):
+        return [var.obj]
+    if hasattr(var, "nested_values"):  # user objects (objects.py)
+        return list(var.nested_values())
+    if isinstance(var, InstanceDictVariable):  # not its owner: the dict does not hold it
+        return [v for v in var.obj.attrs.values() if isinstance(v, VariableTracker)]
+    if isinstance(var, MappingProxyVariable):
+        return [var.mapping]
+    if isinstance(var, NestedUserFunctionVariable):
+        return [*var.defaults, *var.kwdefaults.values(), *var.closure]
+    if isinstance(var, CellVariable) and var.contents is not None:
+        return [var.contents]
+    if isinstance(var, ExceptionVariable):
+        return [*var.args, *(v for v in (var.cause, var.context) if isinstance(v, VariableTracker))]
+    return []
 
 
 def _log_output(output):

@@ -4,10 +4,12 @@ A resume function for (code, instruction index, stack shape, live locals) is mad
 original code: its arguments are the saved stack values (``___stack<i>``) and the live locals
 (under their own names); a prologue pushes the stack back and jumps to the instruction. Some
 slots are re-created rather than passed: a NULL cannot be an argument; re-entering
-``torch.no_grad()`` both restores the grad mode and leaves a real ``__exit__`` on the stack; an
-iterator arrives as the tuple of the items left and the prologue makes it again (iter() for a
-loop's own, ``("iter", kind)`` slots and ``("iter", name, kind)`` locals through
-lists.rebuild_iterator, giving its own type), so the trace knows the items; a value in several slots arrives once and the prologue copies it
+``torch.no_grad()`` both restores the grad mode and leaves a real ``__exit__`` on the stack; a
+loop's own iterator arrives as the tuple of the items left and the prologue calls iter() on it;
+values made in the trace that the resume function's trace should see made (functions,
+iterators, C iterators: variables/rebuild.py) arrive as the tuple of their leaves and the
+prologue makes them again by their recipe (``("recipe", recipe)`` slots, ``("recipe", name,
+recipe)`` locals); a value in several slots arrives once and the prologue copies it
 (``("alias", argument)`` slots, ``(name, argument)`` locals), so aliasing survives the break. The rest of the body is the original, so line numbers,
 exception handlers and loops are the user's; the code keeps the user's co_filename, so the
 hook captures it on its next call like any other frame.
@@ -96,23 +98,19 @@ def super_argument(code, live):
 
 
 def _stack_prologue(shape, live, lineno):
-    """Instructions that bind aliased locals and push the stack of ``shape`` back from the
-    ``___stack<i>`` arguments."""
+    """Instructions that make the values given by recipe again, bind aliased locals and push
+    the stack of ``shape`` back from the ``___stack<i>`` arguments."""
     out = []
     for i, slot in enumerate(shape):  # first, as locals may alias them
-        if isinstance(slot, tuple) and slot[0] == "iter":  # ("iter", kind)
-            out.extend(_rebuild_iterator(f"___stack{i}", slot[1], lineno))
+        if isinstance(slot, tuple) and slot[0] == "recipe":  # ("recipe", recipe)
+            out.extend(_emit_recipe(slot[1], f"___stack{i}", [0], lineno))
             out.append(bu.create_instruction("STORE_FAST", f"___stack{i}", lineno=lineno))
     for entry in live:
-        if isinstance(entry, tuple) and entry[0] == "iter":  # ("iter", name, kind)
-            out.extend(_rebuild_iterator(entry[1], entry[2], lineno))
+        if isinstance(entry, tuple) and entry[0] == "recipe":  # ("recipe", name, recipe)
+            out.extend(_emit_recipe(entry[2], entry[1], [0], lineno))
             out.append(bu.create_instruction("STORE_FAST", entry[1], lineno=lineno))
     for entry in live:
-        if isinstance(entry, tuple) and entry[0] == "fn":  # ("fn", name, spec)
-            out.extend(_rebuild_function(entry[1], entry[2], lineno))
-            out.append(bu.create_instruction("STORE_FAST", entry[1], lineno=lineno))
-    for entry in live:
-        if isinstance(entry, tuple) and entry[0] not in ("iter", "fn"):  # (name, the argument holding the same object)
+        if isinstance(entry, tuple) and entry[0] != "recipe":  # (name, the argument holding the same object)
             out.append(bu.create_instruction("LOAD_FAST", entry[1], lineno=lineno))
             out.append(bu.create_instruction("STORE_FAST", entry[0], lineno=lineno))
     for i, slot in enumerate(shape):
@@ -120,7 +118,7 @@ def _stack_prologue(shape, live, lineno):
             out.append(bu.create_instruction("LOAD_FAST", slot[1], lineno=lineno))
         elif slot == "null":
             out.append(bu.create_instruction("PUSH_NULL", lineno=lineno))
-        elif slot == "value" or slot[0] == "iter":
+        elif slot == "value" or slot[0] == "recipe":
             out.append(bu.create_instruction("LOAD_FAST", f"___stack{i}", lineno=lineno))
         elif slot == "iter":
             out.append(bu.create_instruction("LOAD_FAST", f"___stack{i}", lineno=lineno))
@@ -144,39 +142,48 @@ def _stack_prologue(shape, live, lineno):
     return out
 
 
-def _rebuild_iterator(arg, kind, lineno):
-    """``rebuild_iterator(arg, kind)``: the iterator ``arg`` (a tuple of its items) stood for."""
-    from .variables.lists import rebuild_iterator
-    out = bu.with_null([bu.create_instruction("LOAD_CONST", rebuild_iterator, lineno=lineno)],
-                       bu.create_instruction("PUSH_NULL", lineno=lineno))
-    out.append(bu.create_instruction("LOAD_FAST", arg, lineno=lineno))
-    out.append(bu.create_instruction("LOAD_CONST", kind, lineno=lineno))
-    out.extend(bu.create_call(2, lineno=lineno))
-    return out
+def _emit_recipe(node, arg, next_leaf, lineno):
+    """Push the value recipe ``node`` (variables/rebuild.py) makes; its leaves are the items of
+    the tuple argument ``arg``, taken in order (``next_leaf``: [index of the next one])."""
+    def ins(name, *a):
+        return bu.create_instruction(name, *a, lineno=lineno)
 
-
-def _rebuild_function(arg, spec, lineno):
-    """MAKE_FUNCTION again of a function made before the break (functions.prologue_spec):
-    ``arg`` holds its (keyword defaults, defaults), its cells are the frame's, free here."""
-    code, has_defaults, has_kwdefaults, cells, annotations = spec
+    def subs(nodes):
+        return [i for n in nodes for i in _emit_recipe(n, arg, next_leaf, lineno)]
+    kind = node[0]
+    if kind == "leaf":
+        next_leaf[0] += 1
+        return [ins("LOAD_FAST", arg), ins("LOAD_CONST", next_leaf[0] - 1), bu.create_binary_subscr(lineno)]
+    if kind == "const":
+        return [ins("LOAD_CONST", node[1])]
+    if kind == "call":
+        _, fn, args = node
+        out = bu.with_null([ins("LOAD_CONST", fn)], ins("PUSH_NULL"))
+        return out + subs(args) + bu.create_call(len(args), lineno=lineno)
+    if kind in ("tuple", "list"):
+        return subs(node[1]) + [ins("BUILD_TUPLE" if kind == "tuple" else "BUILD_LIST", len(node[1]))]
+    if kind == "dict":
+        _, keys, values = node
+        out = []
+        for key, value in zip(keys, values):
+            out.append(ins("LOAD_CONST", key))
+            out.extend(_emit_recipe(value, arg, next_leaf, lineno))
+        return out + [ins("BUILD_MAP", len(keys))]
+    # ("fn", code, defaults, kwdefaults, annotations, cells): MAKE_FUNCTION over the frame's
+    # cells, free variables of the resume function
+    _, code, defaults, kwdefaults, annotations, cells = node
     out, flags = [], 0
-    if has_defaults or has_kwdefaults:
-        out.append(bu.create_instruction("LOAD_FAST", arg, lineno=lineno))
-        # (keyword defaults, defaults) unpacks to [defaults, keyword defaults] (the first on top)
-        out.append(bu.create_instruction("UNPACK_SEQUENCE", 2, lineno=lineno))
-        if not has_kwdefaults:  # [defaults, None]
-            out.append(bu.create_instruction("POP_TOP", lineno=lineno))
-        elif not has_defaults:  # [None, keyword defaults]
-            out.append(bu.create_instruction("SWAP", 2, lineno=lineno))
-            out.append(bu.create_instruction("POP_TOP", lineno=lineno))
-        flags |= (0x01 if has_defaults else 0) | (0x02 if has_kwdefaults else 0)
+    for flag, part in ((0x01, defaults), (0x02, kwdefaults)):
+        if part is not None:
+            flags |= flag
+            out.extend(_emit_recipe(part, arg, next_leaf, lineno))
     if annotations is not None:
         flags |= 0x04
-        out.append(bu.create_instruction("LOAD_CONST", annotations, lineno=lineno))
+        out.append(ins("LOAD_CONST", annotations))
     if cells:
         flags |= 0x08
         out.extend(bu.create_load_closure(name, _AllFree, lineno) for name in cells)
-        out.append(bu.create_instruction("BUILD_TUPLE", len(cells), lineno=lineno))
+        out.append(ins("BUILD_TUPLE", len(cells)))
     return out + bu.create_make_function(code, flags, lineno)
 
 
@@ -186,7 +193,7 @@ class _AllFree:
 
 
 def _is_arg_slot(slot):
-    return slot in ("value", "iter") or (isinstance(slot, tuple) and slot[0] == "iter")
+    return slot in ("value", "iter") or (isinstance(slot, tuple) and slot[0] == "recipe")
 
 
 def _make_resume_code(code, index, shape, live):
@@ -208,7 +215,7 @@ def _make_resume_code(code, index, shape, live):
         body.append(item)
     body = bu.cells_as_free(body, code)
     argnames = [f"___stack{i}" for i, s in enumerate(shape) if _is_arg_slot(s)]
-    argnames += [e if isinstance(e, str) else e[1] for e in live if isinstance(e, str) or e[0] in ("iter", "fn")]
+    argnames += [e if isinstance(e, str) else e[1] for e in live if isinstance(e, str) or e[0] == "recipe"]
     first = super_argument(code, live)
     if first is not None:  # zero-argument super() reads the first local slot
         argnames.remove(first)

@@ -25,7 +25,8 @@ from .variables.constant import ConstantVariable
 from .variables.ctx import (WithExitVariable, check_all_closed, close_blocks, codegen_enter,
                              codegen_exit, leave_all)
 from .variables.exceptions import CALLER_EXC_INFO, ExceptionVariable
-from .variables.functions import NestedUserFunctionVariable, check_suspended_generators, closure_cell
+from .variables.functions import check_suspended_generators, closure_cell
+from .variables.rebuild import check_rebuildable, recipe_of
 from .variables.lists import ListIteratorVariable, TupleVariable
 from .variables.builder import wrap_value
 from .variables.compile_region import InlineRegion
@@ -372,31 +373,26 @@ class InstructionTranslator(TranslatorBase):
             return "null"
         if isinstance(var, WithExitVariable):
             return self._blocks.slot(var.ctx)
-        if isinstance(var, NestedUserFunctionVariable) and id(var) in self._local_ids \
-                and id(var) not in self._nested_ids:
-            spec = var.prologue_spec(self.f_globals)
-            if spec is not None:  # made again by the prologue (one value, seen by names only)
-                return ("fn", spec)
-        if isinstance(var, ListIteratorVariable):
-            # passed as a tuple of the items left, made again by the prologue with its own type;
-            # a loop's iterator that no name sees may be any iterator of them (iter())
-            kind = var.rebuild_kind()
-            if kind is not None:
-                return ("iter", kind)
-            if id(var) not in self._local_ids:
-                return "iter"
-            var.reconstruct(None)  # raises: it cannot be rebuilt
+        if id(var) not in self._recipes:
+            self._recipes[id(var)] = None if id(var) in self._nested_ids else \
+                recipe_of(var, self.f_globals, self._nested_ids)
+        recipe = self._recipes[id(var)]
+        if recipe is not None:  # made again by the prologue (variables/rebuild.py)
+            return ("recipe", recipe[0])
+        if isinstance(var, ListIteratorVariable) and id(var) not in self._local_ids:
+            return "iter"  # a loop's iterator no name sees: any iterator of the items left
         return "value"
-
-    def _is_iter_slot(self, slot):
-        return slot == "iter" or (isinstance(slot, tuple) and slot[0] == "iter")
 
     def _argument(self, var, slot):
         """What the resume function is given for ``var`` in ``slot``."""
-        if self._is_iter_slot(slot):
+        if slot == "iter":
             return TupleVariable(var.items[var.index:])
-        if isinstance(slot, tuple) and slot[0] == "fn":
-            return var.prologue_argument()
+        if isinstance(slot, tuple) and slot[0] == "recipe":
+            leaves = self._recipes[id(var)][1]
+            for leaf in leaves:
+                check_rebuildable(leaf, self.f_globals)
+            return TupleVariable(leaves)
+        check_rebuildable(var, self.f_globals)
         return var
 
     def _live(self, index):
@@ -411,27 +407,27 @@ class InstructionTranslator(TranslatorBase):
         temps, seen = [], {}
         for var in values:
             slot = self._slot(var)
-            if slot != "value" and not self._is_iter_slot(slot) and slot[0] != "fn":
+            if slot not in ("value", "iter") and slot[0] != "recipe":
                 temps.append(None)
             elif id(var) in seen:
                 temps.append(seen[id(var)])
             else:
-                if slot == "value":
-                    refuse_new_functions(var)
                 cg(self._argument(var, slot))
                 temps.append(cg.new_temp())
                 cg.store_local(temps[-1])
                 seen[id(var)] = temps[-1]
         return temps
 
-    def _start_break(self, values):
+    def _start_break(self, values, objects=()):
         """The `with` blocks open here left in the graph (ctx.close_blocks); graph call, side
         effects, every value of ``values`` saved; then, outside `with` blocks, the grad mode the
         native instruction must see (the graph may have switched it; inside them,
-        ``_append_in_blocks`` sets it)."""
+        ``_append_in_blocks`` sets it). ``objects``: values the native instruction consumes,
+        which must be real objects (not made again by a recipe)."""
         out = self.output
         self._local_ids = {id(v) for v in self.symbolic_locals.values()}
-        self._nested_ids = nested_ids(values, self.output.side_effects.values())
+        self._nested_ids = shared_ids(values, self.output.side_effects.values())
+        self._recipes = {id(v): None for v in objects}  # id(tracker) -> (recipe, leaves) or None
         self._blocks = close_blocks(self)
         cg, saved = out.begin_code(values)
         temps = self._save(cg, values)
@@ -463,8 +459,8 @@ class InstructionTranslator(TranslatorBase):
                 first_pos = len(args) if name == first else first_pos
                 arg_of[temp] = name
                 slot = self._slot(self.symbolic_locals[name])
-                rebuilt = isinstance(slot, tuple) and slot[0] in ("iter", "fn")
-                live.append((slot[0], name, slot[1]) if rebuilt else name)
+                rebuilt = isinstance(slot, tuple) and slot[0] == "recipe"
+                live.append(("recipe", name, slot[1]) if rebuilt else name)
                 args.append(temp)
         if self._blocks.ctxs:  # leave them; the resume function enters them again
             codegen_exit(cg, self._blocks)
@@ -489,9 +485,9 @@ class InstructionTranslator(TranslatorBase):
             form = bu.NativeForm(form.instrs + [bu.create_instruction("POP_TOP")], form.pops, ())
             resume_at += 1
         live = self._live(resume_at) if form.pushes is not None else ()
-        cg, temps = self._start_break(stack + [self.symbolic_locals[n] for n in live])
-        stack_temps, local_temps = temps[:len(stack)], temps[len(stack):]
         keep = len(stack) - form.pops
+        cg, temps = self._start_break(stack + [self.symbolic_locals[n] for n in live], stack[keep:])
+        stack_temps, local_temps = temps[:len(stack)], temps[len(stack):]
         if any(self._slot(v) not in ("value", "null") for v in stack[keep:]):  # (tuples: iterators)
             raise Unsupported("the instruction consumes a `with` block's exit or an iterator")
         for temp in stack_temps[keep:]:
@@ -528,7 +524,7 @@ class InstructionTranslator(TranslatorBase):
         stack = list(self.stack)
         live_next, live_target = self._live(inst.index + 1), self._live(inst.target)
         live = tuple(n for n in self.code.co_varnames if n in live_next or n in live_target)
-        cg, temps = self._start_break(stack + [self.symbolic_locals[n] for n in live])
+        cg, temps = self._start_break(stack + [self.symbolic_locals[n] for n in live], stack[-1:])
         stack_temps, local_temps = temps[:len(stack)], dict(zip(live, temps[len(stack):]))
         label = bu.new_label()
         cg.load_local(stack_temps[-1])
@@ -546,28 +542,25 @@ class _NativeResult(VariableTracker):
     """A value the natively run instruction left on the stack (known only at run time)."""
 
 
-def refuse_new_functions(var):
-    """A function made in the trace, given to the resume function as an object (not made again
-    by its prologue), would be a new object on each call, which its trace guards by identity:
-    compiled again on every call. Refused (the break is then made before the line making it)."""
-    from .output_graph import walk_values
-    for inner in walk_values([var]):
-        if isinstance(inner, NestedUserFunctionVariable):
-            exc = Unsupported(f"the function {inner.code.co_qualname}, made in the trace, would be "
-                              "given to the rest of the frame as a new object on each call")
-            exc.culprit = inner
-            raise exc
-
-
-def nested_ids(values, more=()):
-    """Ids of the trackers reachable from inside ``values`` or from ``more`` (not as a value
-    of ``values`` itself)."""
-    from .output_graph import walk_values
-    inner = set()
-    for top in values:
-        inner.update(id(v) for v in walk_values([top]) if v is not top)
-    inner.update(id(v) for v in walk_values(list(more)))
-    return inner
+def shared_ids(values, more=()):
+    """Ids of the trackers held more than once among ``values`` (a value in several slots
+    counts once: it is passed once) or held by ``more`` (what side effects write)."""
+    from .output_graph import children, walk_values
+    count, seen = {}, set()
+    stack = list({id(v): v for v in values}.values())
+    for var in stack:
+        count[id(var)] = 1
+    while stack:
+        var = stack.pop()
+        if id(var) in seen:
+            continue
+        seen.add(id(var))
+        for child in children(var):
+            count[id(child)] = count.get(id(child), 0) + 1
+            stack.append(child)
+    shared = {i for i, n in count.items() if n > 1}
+    shared.update(id(v) for v in walk_values(list(more)))
+    return shared
 
 
 class InliningTranslator(TranslatorBase):

@@ -29,8 +29,8 @@ from .dicts import DictVariable
 from .distributed import is_distributed_value, wrap_distributed
 from .exceptions import ExceptionClassVariable
 from .functions import UserFunctionVariable, UserMethodVariable
-from .lists import (ListVariable, RangeVariable, RebuildIteratorVariable, SizeVariable, SliceVariable,
-                    TupleVariable, rebuild_iterator)
+from .lists import ListVariable, RangeVariable, SizeVariable, SliceVariable, TupleVariable
+from .rebuild import RebuildVariable, is_rebuild_function
 from .marked import MarkedFunctionVariable, is_marked
 from .ndarray import NumpyFunctionVariable, is_ndarray, is_numpy_function, wrap_ndarray
 from .nn_module import NNModuleVariable
@@ -203,7 +203,7 @@ _TABLE = [
     (lambda v: type(v) is range, _equal_constant(RangeVariable)),
     (lambda v: type(v) is slice, _equal_constant(
         lambda s: SliceVariable(*(ConstantVariable(p) for p in (s.start, s.stop, s.step))))),
-    (lambda v: v is rebuild_iterator, _identity(lambda v, src: RebuildIteratorVariable(None))),
+    (is_rebuild_function, _identity(lambda v, src: RebuildVariable(v))),
     (lambda v: substitute_of(v) is not None, _identity(SubstitutedVariable)),
     (is_marked, _identity(MarkedFunctionVariable)),  # graph_break, allow_in_graph, disallow_in_graph
     (lambda v: any(v is c for c in _TORCH_CLASSES), _identity(TorchVariable)),
@@ -309,8 +309,8 @@ def wrap_constant(value):
         return ConstantVariable(value)
     if any(value is c for c in _TORCH_CLASSES):
         return TorchVariable(value)  # the grad-mode classes a resume function's prologue enters
-    if value is rebuild_iterator:  # what a resume function's prologue calls (resume.py)
-        return RebuildIteratorVariable(None)
+    if is_rebuild_function(value):  # what a resume function's prologue calls (rebuild.py)
+        return RebuildVariable(value)
     if isinstance(value, type):
         if issubclass(value, BaseException):
             return ExceptionClassVariable(value)

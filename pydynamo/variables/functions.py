@@ -339,11 +339,9 @@ class NestedUserFunctionVariable(VariableTracker):
 
 
     def prologue_spec(self, frame_globals):
-        """How a resume function's prologue makes this function again (MAKE_FUNCTION of its
-        code, over the frame's cells of the same names), so that its trace sees a function made
-        in the trace, not an object it would guard by identity (and compile again for each
-        call): (code, has defaults, has keyword defaults, the cells' names, annotations). None
-        where it cannot: a cell that is not one of the frame's, other globals, attributes."""
+        """(code, the cells' names, annotations) for a resume function's prologue to make this
+        function again by MAKE_FUNCTION over the frame's cells of those names (rebuild.py);
+        None where it cannot: a cell that is not one of the frame's, other globals, attributes."""
         from ..source import ClosureSource
         if self.attrs or self.f_globals is not frame_globals:
             return None
@@ -360,13 +358,7 @@ class NestedUserFunctionVariable(VariableTracker):
             if not self.annotations.is_python_constant():
                 return None
             annotations = self.annotations.as_python_constant()
-        return (self.code, bool(self.defaults), bool(self.kwdefaults), tuple(names), annotations)
-
-    def prologue_argument(self):
-        """What the resume function is given for it: (keyword defaults, defaults)."""
-        from .constant import ConstantVariable
-        return TupleVariable([DictVariable(self.kwdefaults) if self.kwdefaults else ConstantVariable(None),
-                              TupleVariable(self.defaults) if self.defaults else ConstantVariable(None)])
+        return self.code, tuple(names), annotations
 
 
 def make_function(code, f_globals, defaults, kwdefaults, closure, annotations):
@@ -423,8 +415,27 @@ class GeneratorVariable(TypeAttributes, VariableTracker):
             raise
         return None if g.finished else g.result
 
+    def c_iterator_state(self):
+        """(C callable, arguments) making the C iterator this polyfill's generator stands for,
+        in its state now; None for a user's generator, or one stopped elsewhere than at its
+        yield."""
+        g = self.gen_tx
+        polyfill = g.f_globals.get("__name__") == "pydynamo.polyfills"
+        make = _C_ITERATORS.get(g.code.co_name) if polyfill else None
+        at_yield = g.steps > 0 and not g.finished and g.instructions[g.ip - 1].opname == "YIELD_VALUE"
+        if make is None or g.finished or getattr(g, "failed", False) or not (g.steps == 0 or at_yield):
+            return None
+        try:
+            return make(g.symbolic_locals, at_yield)
+        except Unsupported:
+            return None
+
     def nested_values(self):
-        """What its frame holds (rebuilding a C iterator's polyfill reads it: see reconstruct)."""
+        """What the C iterator it stands for holds (its arguments in ``c_iterator_state``);
+        for a user's generator, what its frame holds."""
+        state = self.c_iterator_state()
+        if state is not None:
+            return list(state[1])
         return [*self.gen_tx.symbolic_locals.values(), *self.gen_tx.stack]
 
     def return_value(self):
@@ -442,13 +453,10 @@ class GeneratorVariable(TypeAttributes, VariableTracker):
         """A polyfill's generator standing for a C iterator (map, filter, itertools.count...)
         is made again as that C iterator from its state, where it is not started or suspended
         at its yield (``_C_ITERATORS``). A user's generator suspended mid-way cannot be."""
-        g = self.gen_tx
-        polyfill = g.f_globals.get("__name__") == "pydynamo.polyfills"
-        make = _C_ITERATORS.get(g.code.co_name) if polyfill else None
-        at_yield = g.steps > 0 and not g.finished and g.instructions[g.ip - 1].opname == "YIELD_VALUE"
-        if make is None or g.finished or getattr(g, "failed", False) or not (g.steps == 0 or at_yield):
+        state = self.c_iterator_state()
+        if state is None:
             raise Unsupported("a generator cannot be returned from compiled code")
-        fn, args = make(g.symbolic_locals, at_yield)
+        fn, args = state
         codegen.load_function(fn)
         for arg in args:
             codegen(arg)

@@ -349,17 +349,17 @@ class ListIteratorVariable(TypeAttributes, VariableTracker):
         return iterator_method(tx, self, name, args, kwargs)
 
     def rebuild_kind(self):
-        """The name ``rebuild_iterator`` knows this iterator's type by (checked to give the same
+        """The name ``rebuild.rebuild_iterator`` knows this iterator's type by (checked to give the same
         type for the items left), or None where it cannot be rebuilt."""
         cls = self.python_cls
-        if cls is None or cls.__name__ not in _REBUILDERS or _REBUILDERS[cls.__name__][0] is not cls:
+        if cls is None or cls.__name__ not in ITERATOR_KINDS or ITERATOR_KINDS[cls.__name__][0] is not cls:
             return None
         items = self.items[self.index:]
         if cls.__name__ in ("range_iterator", "str_iterator", "str_ascii_iterator"):
             if not all(i.is_python_constant() for i in items):
                 return None
             try:
-                if type(rebuild_iterator(tuple(i.as_python_constant() for i in items), cls.__name__)) is not cls:
+                if type(ITERATOR_KINDS[cls.__name__][1](tuple(i.as_python_constant() for i in items))) is not cls:
                     return None
             except (TypeError, ValueError):
                 return None
@@ -371,6 +371,7 @@ class ListIteratorVariable(TypeAttributes, VariableTracker):
         if kind is None:
             name = self.python_cls.__name__ if self.python_cls is not None else "of unknown type"
             raise Unsupported(f"an iterator {name} cannot be rebuilt at run time")
+        from .rebuild import rebuild_iterator
         codegen.load_function(rebuild_iterator)
         codegen(TupleVariable(self.items[self.index:]))
         codegen.load_const(kind)
@@ -394,29 +395,13 @@ def _enumerate_rows(rows):
 
 
 # kind -> (the iterator type, how to make one from the items left)
-_REBUILDERS = {type(it).__name__: (type(it), make) for it, make in [
+ITERATOR_KINDS = {type(it).__name__: (type(it), make) for it, make in [
     (iter(()), iter), (iter([]), lambda items: iter(list(items))),
     (reversed([]), lambda items: reversed(list(items[::-1]))),
     (reversed(()), lambda items: reversed(items[::-1])),  # a tuple's is the generic `reversed`
     (iter(""), lambda items: iter("".join(items))), (iter("é"), lambda items: iter("".join(items))),
     (iter(range(0)), lambda items: iter(_range_of(items))),
     (zip(), _zip_rows), (enumerate(()), _enumerate_rows)]}
-
-
-def rebuild_iterator(items, kind):
-    """An iterator of type ``kind`` (see ``_REBUILDERS``) yielding ``items`` (a tuple): generated
-    code calls it to rebuild an iterator of the trace, and a resume function's prologue, where
-    the trace sees it as the ListIteratorVariable it was (RebuildIteratorVariable)."""
-    return _REBUILDERS[kind][1](items)
-
-
-class RebuildIteratorVariable(VariableTracker):
-    """``rebuild_iterator`` called in a resume function's prologue: the iterator of the items."""
-
-    def call_function(self, tx, args, kwargs):
-        items, kind = args
-        cls = _REBUILDERS[kind.as_python_constant()][0]
-        return ListIteratorVariable(items.unpack_var_sequence(tx), cls)
 
 
 def iterator_attribute(tx, it, name):
