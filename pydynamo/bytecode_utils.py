@@ -548,7 +548,13 @@ def exception_exits(code: types.CodeType) -> tuple:
     return tuple(exits(i, frozenset()) for i in range(len(insts)))
 
 
-def new_code(orig_code: types.CodeType, argnames, body, name, qualname, cells_free=False) -> types.CodeType:
+def copy_instr(inst, lineno=None) -> Instr:
+    """A new instruction with ``inst``'s name and argument."""
+    return Instr(inst.name, inst.arg, lineno=lineno) if inst.require_arg() else Instr(inst.name, lineno=lineno)
+
+
+def new_code(orig_code: types.CodeType, argnames, body, name, qualname, cells_free=False,
+             generator=False) -> types.CodeType:
     """A code object with orig_code's cells, free variables, file and first line, taking the
     plain positional arguments ``argnames`` and running ``body`` (which includes its prologue).
     ``cells_free``: orig_code's cells are free variables of the new code (it is given them;
@@ -562,7 +568,7 @@ def new_code(orig_code: types.CodeType, argnames, body, name, qualname, cells_fr
     new.argcount, new.posonlyargcount, new.kwonlyargcount = len(argnames), 0, 0
     new.argnames = list(argnames)
     new.name, new.qualname = name, qualname
-    new.flags = orig_code.co_flags & ~(GENERATOR_FLAGS | VARARGS_FLAG | VARKEYWORDS_FLAG)
+    new.flags = orig_code.co_flags & ~((0 if generator else GENERATOR_FLAGS) | VARARGS_FLAG | VARKEYWORDS_FLAG)
     new.extend(body)
     return new.to_code()
 

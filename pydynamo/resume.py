@@ -156,6 +156,8 @@ def _emit_recipe(node, arg, next_leaf, lineno):
         return [ins("LOAD_FAST", arg), ins("LOAD_CONST", next_leaf[0] - 1), bu.create_binary_subscr(lineno)]
     if kind == "const":
         return [ins("LOAD_CONST", node[1])]
+    if kind == "global":
+        return [bu.create_load_global(node[1], False, lineno)]
     if kind == "call":
         _, fn, args = node
         out = bu.with_null([ins("LOAD_CONST", fn)], ins("PUSH_NULL"))
@@ -196,20 +198,33 @@ def _is_arg_slot(slot):
     return slot in ("value", "iter") or (isinstance(slot, tuple) and slot[0] == "recipe")
 
 
-def _make_resume_code(code, index, shape, live):
+def _make_resume_code(code, index, shape, live, generator=False):
+    """The resume code; ``generator``: of a generator suspended at the yield before ``index``,
+    as a generator function whose first ``next()`` runs the prologue up to a yield of its own
+    (so that it is suspended at a yield, as the original: ``send`` reaches the code after it)."""
     insts = bu.decode(code)
     lineno = insts[index].lineno or code.co_firstlineno
     target = bu.new_label()
-    body = _prologue(code) + _stack_prologue(shape, live, lineno)
+    body = _prologue(code, generator) + _stack_prologue(shape, live, lineno)
+    index_map = {}
+    if generator:  # the original yield and the RESUME after it, then on after them
+        items = [i for i in bu.code_items(code) if bu.is_instr(i)]
+        body += [bu.create_instruction("LOAD_CONST", None, lineno=lineno),
+                 bu.copy_instr(items[index - 1], lineno), bu.copy_instr(items[index], lineno)]
+        index_map[len(body) - 1] = index  # suspended at this yield: as at the original one
+        index += 1
     body.append(bu.create_jump_forward(target, lineno))
-    index_map, n, new_index = {}, 0, len(body)
+    n, new_index = 0, len(body)
+    skip_pop = False
     for item in bu.code_items(code):
         if bu.is_instr(item):
             if n == index:
                 body.append(target)
             n += 1
-            if bu.is_function_prologue(item):
+            if bu.is_function_prologue(item) or item.name == "RETURN_GENERATOR" or (skip_pop and item.name == "POP_TOP"):
+                skip_pop = item.name == "RETURN_GENERATOR"
                 continue  # ours runs instead
+            skip_pop = False
             index_map[new_index] = n - 1
             new_index += 1
         body.append(item)
@@ -221,18 +236,34 @@ def _make_resume_code(code, index, shape, live):
         argnames.remove(first)
         argnames.insert(0, first)
     name = f"resume_in_{code.co_name}_at_{lineno}"
-    new = bu.new_code(code, argnames, body, name, name, cells_free=True)
+    new = bu.new_code(code, argnames, body, name, name, cells_free=True, generator=generator)
     _origins[new] = (code, index_map)
     return new
 
 
-def _prologue(code):
+def generator_resume_code(code, index, shape, live):
+    """The (memoised) code of a generator function going on from instruction ``index`` of
+    generator code ``code`` (just after a yield) with the stack of ``shape`` and the locals
+    ``live`` as its arguments (see ``_make_resume_code``)."""
+    code, index = origin(code, index)
+    per_code = _memo.setdefault(code, {})
+    key = ("generator", index, shape, live)
+    if key not in per_code:
+        per_code[key] = (_make_resume_code(code, index, shape, live, generator=True), None)
+    return per_code[key][0]
+
+
+def _prologue(code, generator=False):
     """The resume function's own prologue: the frame's cells are its free variables (the
-    frame passes its cells, so functions made before the break share them), then RESUME."""
+    frame passes its cells, so functions made before the break share them), then RESUME (a
+    generator's makes the generator first)."""
     out = []
     n = len(code.co_freevars) + len(code.co_cellvars)
     if n:
         out.append(bu.create_instruction("COPY_FREE_VARS", n, lineno=code.co_firstlineno))
+    if generator:
+        out.append(bu.create_instruction("RETURN_GENERATOR", lineno=code.co_firstlineno))
+        out.append(bu.create_instruction("POP_TOP", lineno=code.co_firstlineno))
     out.append(bu.create_instruction("RESUME", 0, lineno=code.co_firstlineno))
     return out
 

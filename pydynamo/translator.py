@@ -182,6 +182,7 @@ class TranslatorBase(OpcodeHandlers):
         if bu.is_plain_generator(code):
             from .variables.functions import GeneratorVariable
             self.output.generators.append(tx)
+            tx.born = CLOCK[0]
             return GeneratorVariable(tx)  # runs up to each yield when iterated
         try:
             tx.run()

@@ -5,6 +5,7 @@ the value makes the tracker and installs the row's guards on ``source``. With ``
 (values computed during tracing, or read from torch's own modules) no guard is installed, so
 such values must be immutable or trusted. ``wrap_constant`` wraps results of constant folding.
 """
+import collections
 import enum
 import functools
 import logging
@@ -174,6 +175,29 @@ def _tensor_method(tx, value, source):
     return GetAttrVariable(obj, value.__name__)
 
 
+_CONTAINERS = (list, dict, set, collections.deque, collections.OrderedDict, collections.defaultdict)
+
+
+def _is_container_method(value):
+    """A method of a list, dict, set or collections container bound to it (``lst.append``)."""
+    return isinstance(value, types.BuiltinMethodType) and type(value.__self__) in _CONTAINERS \
+        and isinstance(getattr(type(value.__self__), value.__name__, None), types.MethodDescriptorType)
+
+
+def _container_method(tx, value, source):
+    """``obj.name`` read again from its ``__self__`` (one tracker for the container, so a call
+    changes the contents the trace sees through every path). Guarded to be what that read
+    gives: bound methods of C types compare equal when their self and C function are the same."""
+    name = value.__name__
+    self_src = AttrSource(source, "__self__") if source is not None else None
+    if source is not None:
+        _guard(tx, source, "TYPE_MATCH", value)
+        tx.output.guards.PREDICATE(source, lambda m, name=name: type(m) is types.BuiltinMethodType
+                                   and m == getattr(m.__self__, name, None),
+                                   f"{source.name()} is {source.name()}.__self__.{name}")
+    return GetAttrVariable(wrap_value(tx, value.__self__, self_src), name, source)
+
+
 def _object(tx, value, source):
     _guard(tx, source, "TYPE_MATCH", value)
     return UserDefinedObjectVariable(value, source)
@@ -229,6 +253,7 @@ _TABLE = [
     (lambda v: isinstance(v, type) and issubclass(v, BaseException), _identity(ExceptionClassVariable)),
     (lambda v: isinstance(v, type), _identity(UserDefinedClassVariable)),
     (is_base_method, _identity(lambda v, src: BuiltinMethodVariable(v, None, src))),
+    (_is_container_method, _container_method),
     (lambda v: isinstance(v, types.BuiltinMethodType) and v.__self__ is not None and _is_immutable_constant(v.__self__),
      _identity(lambda v, src: GetAttrVariable(wrap_constant(v.__self__), v.__name__, src))),
     (lambda v: True, _object),

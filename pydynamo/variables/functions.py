@@ -1,6 +1,7 @@
 """User functions, methods and closures: calling one inlines its bytecode into the same graph."""
 import functools
 import types
+import weakref
 
 from .. import bytecode_utils as bu
 from ..exc import DisabledFunctionError, ExceptionRaised, Unsupported
@@ -415,6 +416,39 @@ class GeneratorVariable(TypeAttributes, VariableTracker):
             raise
         return None if g.finished else g.result
 
+    def resume_state(self):
+        """(generator function, stack values, live locals' values) making a generator that goes
+        on from where this user's generator is suspended (resume.generator_resume_code): one
+        suspended at a plain ``yield`` outside try blocks, of a function without cells."""
+        from .. import resume
+        g = self.gen_tx
+        if self.python_cls is not types.GeneratorType or g.finished or getattr(g, "failed", False):
+            return None
+        if g.steps == 0 or g.code.co_cellvars or g.code.co_freevars or g.ip >= len(g.instructions):
+            return None
+        after = g.instructions[g.ip]
+        if g.instructions[g.ip - 1].opname != "YIELD_VALUE" or after.opname != "RESUME" or after.arg & 3 != 1:
+            return None
+        if bu.exception_exits(g.code)[g.ip - 1] != 0:
+            return None  # inside a try or with block (check_suspended_generators)
+        try:
+            code, index = resume.origin(g.code, g.ip)
+        except Unsupported:
+            return None
+        from .base import NullVariable
+        stack = g.stack[:-1]  # the None pushed for the value sent in: the new yield pushes it
+        shape = tuple("null" if isinstance(v, NullVariable) else "value" for v in stack)
+        live = resume.live_locals(code, index)
+        names = tuple(n for n in code.co_varnames if n in live and n in g.symbolic_locals)
+        new = resume.generator_resume_code(code, index, shape, names)
+        fn = _resume_generators.get(new)
+        if fn is None:
+            fn = _resume_generators[new] = types.FunctionType(new, g.f_globals, new.co_name)
+            fn.__qualname__ = g.code.co_qualname
+            fn.__name__ = g.code.co_name
+        values = [v for v in stack if not isinstance(v, NullVariable)]
+        return fn, values, [g.symbolic_locals[n] for n in names]
+
     def c_iterator_state(self):
         """(C callable, arguments) making the C iterator this polyfill's generator stands for,
         in its state now; None for a user's generator, or one stopped elsewhere than at its
@@ -432,16 +466,37 @@ class GeneratorVariable(TypeAttributes, VariableTracker):
 
     def nested_values(self):
         """What the C iterator it stands for holds (its arguments in ``c_iterator_state``);
-        for a user's generator, what its frame holds."""
+        for a user's generator, what its frame holds (what ``resume_state`` gives where it can
+        be made again: dead locals are not held)."""
         state = self.c_iterator_state()
         if state is not None:
             return list(state[1])
+        state = self.resume_state()
+        if state is not None:  # its stack and live locals
+            return [*state[1], *state[2]]
         return [*self.gen_tx.symbolic_locals.values(), *self.gen_tx.stack]
 
     def return_value(self):
         """What the generator returned (the value of ``yield from`` it), once finished."""
         from .constant import ConstantVariable
         return self.gen_tx.result if self.gen_tx.finished else ConstantVariable(None)
+
+    def call_method(self, tx, name, args, kwargs):
+        """``send(value)`` (the value the suspended yield evaluates to; ``next()`` sends None)
+        and ``__next__()``; other methods (throw, close) are not modelled."""
+        from .builtin import call_builtin
+        if name == "__next__" and not args and not kwargs:
+            return call_builtin(tx, next, [self], {})
+        if name == "send" and len(args) == 1 and not kwargs:
+            g, value = self.gen_tx, args[0]
+            sends_none = value.is_python_constant() and value.as_python_constant() is None
+            if g.steps == 0 and not sends_none:
+                from .exceptions import raise_exception
+                raise_exception(TypeError("can't send non-None value to a just-started generator"))
+            if g.steps and not g.finished:
+                g.stack[-1] = value  # YIELD_VALUE left None there for the value sent in
+            return call_builtin(tx, next, [self], {})
+        raise Unsupported(f"generator.{name}")
 
     def unpack_var_sequence(self, tx):
         items = []
@@ -454,16 +509,27 @@ class GeneratorVariable(TypeAttributes, VariableTracker):
         is made again as that C iterator from its state, where it is not started or suspended
         at its yield (``_C_ITERATORS``). A user's generator suspended mid-way cannot be."""
         state = self.c_iterator_state()
-        if state is None:
-            raise Unsupported("a generator cannot be returned from compiled code")
-        fn, args = state
-        codegen.load_function(fn)
+        if state is not None:  # the C iterator itself
+            fn, args = state
+            codegen.load_function(fn)
+        else:  # rebuild_generator(resume generator function, its arguments)
+            state = self.resume_state()
+            if state is None:
+                raise Unsupported("a generator cannot be returned from compiled code")
+            from .rebuild import rebuild_generator
+            fn, stack, local_values = state
+            codegen.load_function(rebuild_generator)
+            args = [fn, *stack, *local_values]
         for arg in args:
-            codegen(arg)
+            codegen.load_const(arg) if arg is fn else codegen(arg)
         codegen.append_call(len(args))
 
     def _repr_value(self):
         return self.gen_tx.code.co_qualname
+
+
+# resume generator code -> its function (one object per code: the trace guards it by identity)
+_resume_generators = weakref.WeakKeyDictionary()
 
 
 def _const_plus(a, b):
@@ -525,5 +591,7 @@ def check_suspended_generators(output):
         if getattr(g, "failed", False):
             raise Unsupported(f"generator {g.code.co_qualname} stopped by an unsupported operation")
         if g.steps and not g.finished and bu.exception_exits(g.code)[g.ip - 1] != 0:
-            raise Unsupported(f"generator {g.code.co_qualname} is left suspended inside a "
+            exc = Unsupported(f"generator {g.code.co_qualname} is left suspended inside a "
                               "try or with block (closing it runs code the trace does not see)")
+            exc.culprit = g  # a break can be made before the line that made it (its ``born``)
+            raise exc

@@ -10,6 +10,8 @@ own prologue, where its trace sees them being made, as they were made in the fir
 * an iterator over known items (``iter(list)``, ``zip``, ``enumerate``, ``range``...) and the
   polyfill generators standing for C iterators (``map``, ``filter``, ``itertools.count``...):
   given as objects, the trace could not see their items;
+* a user's generator suspended at a ``yield``: a generator function made from its code goes
+  on from there (resume.generator_resume_code), given its stack and live locals;
 * tuples and lists made in the trace holding such values.
 
 ``recipe_of`` turns a tracker into a recipe (hashable data: resume codes are memoised by it)
@@ -18,8 +20,10 @@ prologue's bytecode from the recipe. A recipe node is one of:
 
 * ``("leaf",)``: the next leaf;
 * ``("const", value)``;
-* ``("call", fn, (node, ...))``: ``fn(*nodes)`` (``fn`` is ``rebuild_call`` or
-  ``rebuild_iterator``, whose calls the trace models: ``RebuildVariable``);
+* ``("global", name)``: a global of the frame (a resume generator's function);
+* ``("call", fn, (node, ...))``: ``fn(*nodes)`` (``fn`` is ``rebuild_call``,
+  ``rebuild_iterator`` or ``rebuild_generator``, whose calls the trace models:
+  ``RebuildVariable``);
 * ``("tuple", (node, ...))``, ``("list", (node, ...))``, ``("dict", keys, (node, ...))``;
 * ``("fn", code, defaults node or None, keyword defaults node or None, annotations, cell names)``.
 
@@ -35,6 +39,16 @@ LEAF = ("leaf",)
 def rebuild_call(fn, *args):
     """``fn(*args)``: a C iterator (map, filter...) made again by a resume function's prologue."""
     return fn(*args)
+
+
+def rebuild_generator(fn, *args):
+    """A user's generator suspended at a yield, made again: ``fn`` (resume.generator_resume_code)
+    goes on from there; its first ``next()`` runs up to a yield of its own, so that it is
+    suspended at a yield too, and the next ``send`` or ``next`` reaches the user's code after
+    the original one."""
+    gen = fn(*args)
+    next(gen)
+    return gen
 
 
 def rebuild_iterator(items, kind):
@@ -57,12 +71,16 @@ class RebuildVariable(VariableTracker):
         if self.fn is rebuild_iterator:
             items, kind = args
             return ListIteratorVariable(items.unpack_var_sequence(tx), ITERATOR_KINDS[kind.as_python_constant()][0])
+        if self.fn is rebuild_generator:
+            gen = args[0].call_function(tx, list(args[1:]), {})
+            gen.next_item(tx)  # up to the resume generator's own first yield
+            return gen
         fn = args[0].value if hasattr(args[0], "value") else args[0].as_python_constant()
         return wrap_value(tx, fn, None).call_function(tx, list(args[1:]), {})
 
 
 def is_rebuild_function(value):
-    return value is rebuild_call or value is rebuild_iterator
+    return value is rebuild_call or value is rebuild_iterator or value is rebuild_generator
 
 
 def _kinds():
@@ -122,10 +140,17 @@ def _node(var, frame_globals, shared, leaves, top=False):
         return ("call", rebuild_iterator, (items, ("const", kind)))
     if isinstance(var, GeneratorVariable):
         state = var.c_iterator_state()
+        if state is not None:
+            fn, args = state
+            return ("call", rebuild_call, (("const", fn), *(sub(a) for a in args)))
+        state = var.resume_state()
         if state is None:
             return leaf(var)
-        fn, args = state
-        return ("call", rebuild_call, (("const", fn), *(sub(a) for a in args)))
+        from ..output_graph import install_global
+        fn, stack, local_values = state
+        name = f"__resume_gen_{id(fn.__code__):x}"
+        install_global(frame_globals, name, fn)
+        return ("call", rebuild_generator, (("global", name), *(sub(a) for a in [*stack, *local_values])))
     if isinstance(var, TupleVariable) and var.python_type() is tuple and var.source is None:
         return ("tuple", tuple(sub(i) for i in var.items))
     if type(var) is ListVariable and var.source is None and id(var) not in shared:
