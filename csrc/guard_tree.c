@@ -45,8 +45,9 @@ int pyd_parse_steps(PyObject *steps, Check *c)
         else if (!is_root && k[0] == 'i' && k[1] == 0) st->kind = STEP_ITEM;
         else if (!is_root && k[0] == 't' && k[1] == 0) st->kind = STEP_TYPE_LOOKUP;
         else if (!is_root && k[0] == 'g' && k[1] == 0) st->kind = STEP_GENERIC_ATTR;
+        else if (!is_root && k[0] == 'w' && k[1] == 0) st->kind = STEP_WEAKREF;
         else {
-            PyErr_Format(PyExc_ValueError, "GuardSet.add: bad %s step %R (roots: L, G, B, C, K; then a, i, t, g)",
+            PyErr_Format(PyExc_ValueError, "GuardSet.add: bad %s step %R (roots: L, G, B, C, K; then a, i, t, g, w)",
                          is_root ? "root" : "chain", s);
             return -1;
         }

@@ -152,6 +152,16 @@ static PyObject *read_step(const Step *step, PyObject *parent, const PydGuardCtx
         if (!PyType_Check(parent)) return NULL;
         v = _PyType_Lookup((PyTypeObject *)parent, step->name); /* borrowed; NULL: not found */
         break;
+    case STEP_WEAKREF: /* the referent of a weakref.ref; unreadable once it is dead */
+        if (!PyWeakref_CheckRefExact(parent)) return NULL;
+#if PY_VERSION_HEX >= 0x030D0000
+        if (PyWeakref_GetRef(parent, &v) <= 0) return NULL;
+        return v;
+#else
+        v = PyWeakref_GetObject(parent);
+        if (v == Py_None) return NULL;
+        break;
+#endif
     case STEP_ITEM:
         if (PyDict_CheckExact(parent)) {
             v = PyDict_GetItemWithError(parent, step->name);

@@ -18,7 +18,7 @@
  * ROOT_CONST ("K", obj): the object itself, held by the check (a class found as a dict's key, whose
  * identity another check pinned); what hangs below it guards the object's current state. */
 enum { ROOT_LOCAL, ROOT_GLOBAL, ROOT_BUILTIN, ROOT_CLOSURE, ROOT_CONST, STEP_ATTR, STEP_ITEM, STEP_METHOD_FUNC,
-       STEP_TYPE_LOOKUP, STEP_GENERIC_ATTR };
+       STEP_TYPE_LOOKUP, STEP_GENERIC_ATTR, STEP_WEAKREF };
 enum { TYPE_MATCH, ID_MATCH, EQUALS_MATCH, TENSOR_MATCH, DICT_KEYS, LEN, PREDICATE, NOT_PRESENT, ALIASING,
        SHAPE_ENV, EMPTY_ATTRS };
 static const char *const KIND_NAMES[] = {"TYPE_MATCH", "ID_MATCH",  "EQUALS_MATCH", "TENSOR_MATCH", "DICT_KEYS",

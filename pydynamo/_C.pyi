@@ -53,11 +53,12 @@ The first step is the root:
 * ``("C", i)``  the contents of closure cell ``i`` (``co_freevars[i]``)
 * ``("K", obj)`` the object ``obj`` itself, held by the check (a dict key known by identity)
 
-then any number of ``("a", name)`` (``getattr``), ``("i", key)`` (``obj[key]``), ``("t", name)``
-and ``("g", name)`` steps; ``("t", name)`` reads a class's attribute as its MRO stores it, without
+then any number of ``("a", name)`` (``getattr``), ``("i", key)`` (``obj[key]``), ``("t", name)``,
+``("g", name)`` and ``("w", "")`` steps; ``("t", name)`` reads a class's attribute as its MRO stores it, without
 calling a descriptor (CPython's ``_PyType_Lookup``; nothing found, or not a class: the read
 fails); ``("g", name)`` is ``object.__getattribute__(v, name)`` (a Python ``__getattribute__`` of
-v's class is not run). A pair
+v's class is not run); ``("w", "")`` is the referent of a ``weakref.ref`` (exactly that type; a dead
+one fails the read). A pair
 ``("a", name), ("a", "__func__")`` is read as one step that returns the class's function without
 making the bound method, where that gives the same object (plain attribute lookup, a Python
 function on the class, no instance attribute of that name). An

@@ -427,6 +427,8 @@ def _read(steps, frame):
             v = v[arg]
         elif op == "g":
             v = object.__getattribute__(v, arg)
+        elif op == "w":
+            v = v()
         else:  # "t": as the class's MRO stores it
             v = next(c.__dict__[arg] for c in v.__mro__ if arg in c.__dict__)
     return v

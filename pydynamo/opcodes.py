@@ -532,9 +532,11 @@ class OpcodeHandlers:
     def call_from_opcode(self, fn, args, kwargs):
         """A call made by CALL: where the callee is a Python function (or a module's forward),
         what it raises reaches this frame unchanged (see inline_call)."""
+        from .variables.ctx import ContextDecoratedVariable
         from .variables.nn_module import NNModuleVariable
         self.transparent_call = isinstance(fn, (UserFunctionVariable, UserMethodVariable,
-                                                NestedUserFunctionVariable, NNModuleVariable))
+                                                NestedUserFunctionVariable, NNModuleVariable,
+                                                ContextDecoratedVariable))
         try:
             return self.call_function(fn, args, kwargs)
         finally:

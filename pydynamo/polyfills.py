@@ -258,6 +258,92 @@ def _product(pools):
         yield prod
 
 
+def _r_arg(r, n, name):
+    if r is None:
+        return n
+    if type(r) is not int:
+        refuse(f"{name}() with r that is not an int")
+    if r < 0:
+        raise ValueError("r must be non-negative")
+    return r
+
+
+def permutations(iterable, r=None):
+    pool = tuple(iterable)  # read whole at construction, as CPython does
+    return _permutations(pool, _r_arg(r, len(pool), "permutations"))
+
+
+def _permutations(pool, r):
+    """The r-length orderings of pool's positions, in lexicographic order of the positions."""
+    n = len(pool)
+    if r > n:
+        return
+    for indices in _index_sequences(n, r, distinct=True):
+        yield tuple(pool[i] for i in indices)
+
+
+def _index_sequences(n, r, distinct):
+    """Every r-tuple of range(n) (without repeats where ``distinct``), in lexicographic order."""
+    if r == 0:
+        yield ()
+        return
+    for first in range(n):
+        for rest in _index_sequences(n, r - 1, distinct):
+            if not distinct or first not in rest:
+                yield (first,) + rest
+
+
+def combinations(iterable, r):
+    pool = tuple(iterable)
+    return _combinations(pool, _r_arg(r, len(pool), "combinations"), False)
+
+
+def combinations_with_replacement(iterable, r):
+    pool = tuple(iterable)
+    return _combinations(pool, _r_arg(r, len(pool), "combinations_with_replacement"), True)
+
+
+def _combinations(pool, r, replace):
+    """The r-length sorted selections of pool's positions (repeats allowed where ``replace``)."""
+    n = len(pool)
+    if not replace and r > n:
+        return
+    if replace and n == 0 and r:
+        return
+    for indices in _sorted_indices(n, r, 0, replace):
+        yield tuple(pool[i] for i in indices)
+
+
+def _sorted_indices(n, r, start, replace):
+    if r == 0:
+        yield ()
+        return
+    for first in range(start, n):
+        for rest in _sorted_indices(n, r - 1, first if replace else first + 1, replace):
+            yield (first,) + rest
+
+
+def cycle(iterable, /):
+    return _cycle(iter(iterable))
+
+
+def _cycle(it):
+    saved = []
+    for item in it:  # the first pass reads the input lazily, saving each item
+        yield item
+        saved.append(item)
+    while saved:
+        for item in saved:
+            yield item
+
+
+def dict_fromkeys(iterable, value=None, /):
+    d = {}
+    for key in iterable:
+        d[key] = value
+    return d
+
+
 def compress(data, selectors):
     return _compress(iter(data), iter(selectors))
 
@@ -691,6 +777,9 @@ IMPLEMENTATIONS = {
     itertools.pairwise: pairwise, itertools.zip_longest: zip_longest, itertools.product: product,
     itertools.compress: compress, itertools.takewhile: takewhile, itertools.dropwhile: dropwhile,
     itertools.filterfalse: filterfalse, builtins.filter: filter, builtins.map: map,
+    itertools.permutations: permutations, itertools.combinations: combinations,
+    itertools.combinations_with_replacement: combinations_with_replacement, itertools.cycle: cycle,
+    dict.fromkeys: dict_fromkeys,
     # not intercepted by the builder: builtin.py's handlers call these for iterator arguments
     builtins.enumerate: enumerate, builtins.zip: zip,
     collections._count_elements: count_elements,

@@ -169,6 +169,25 @@ class GenericAttrSource(Source):
         codegen.append_call(2)
 
 
+class WeakrefSource(Source):
+    """``base()``: the object the ``weakref.ref`` at ``base`` refers to. Guards read it in one
+    C step (``("w", "")``), which fails once the referent is dead."""
+
+    def __init__(self, base):
+        assert isinstance(base, Source)
+        self.base = base
+
+    def name(self):
+        return f"{self.base.name()}()"
+
+    def steps(self):
+        return self.base.steps() + (("w", ""),)
+
+    def reconstruct(self, codegen):
+        codegen.append_callable(lambda: codegen.source(self.base))
+        codegen.append_call(0)
+
+
 class TypeLookupSource(Source):
     """``member`` as the class read by ``base`` finds it along its MRO, the stored object itself
     (no descriptor called): CPython's ``_PyType_Lookup``, the first step of every attribute read

@@ -1,6 +1,7 @@
 """Real models through pydynamo beside torch.compile: graphs, breaks, fullgraph, correctness, compile time.
 
     python tools/bench_real.py [--device cuda] [--only bert,llama] [--skip-torch]
+    python tools/bench_real.py --sweep [--limit N] [--start K] [--only-kind causal|base|timm]
 
 Models: Hugging Face transformers families from tools/hf_models.py (small configs, random weights,
 nothing downloaded; a BERT classification training step and a LLaMA KV-cache decode step among
@@ -152,7 +153,15 @@ def main():
     p.add_argument("--only", default="", help="comma-separated names, with or without the hf./tv./timm. prefix")
     p.add_argument("--skip-torch", action="store_true", help="pydynamo's columns only")
     p.add_argument("--repeat", type=int, default=3, help="cold first calls timed per system (the median is shown)")
+    p.add_argument("--sweep", action="store_true", help="every model type of transformers' auto mappings and "
+                   "timm's families, tiny configs (tools/sweep.py)")
+    p.add_argument("--limit", type=int, default=0, help="--sweep: at most this many models")
+    p.add_argument("--start", type=int, default=0, help="--sweep: skip the first K models")
+    p.add_argument("--only-kind", default="", choices=["", "causal", "base", "timm"], help="--sweep: one source")
     a = p.parse_args()
+    if a.sweep:
+        import sweep
+        return sweep.main(a)
     only = set(filter(None, a.only.split(",")))
     print(f"{'model':<24}{'ours g/b':>9}{'torch g/b':>10}{'full':>6}{'max err':>10}"
           f"{'ours s':>8}{'torch s':>8}{'ratio':>7}  top break reasons")

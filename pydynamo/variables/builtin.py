@@ -38,6 +38,7 @@ _PURE = {abs, all, any, bool, bytes, chr, complex, divmod, float, format, hash, 
          hex, oct, bin, *BINARY_OPS, *COMPARE_OPS, *UNARY_OPS, operator.not_, operator.truth,
          operator.getitem, operator.contains, operator.index, operator.concat}
 _PURE |= {torch.finfo, torch.iinfo}  # of a dtype: immutable, read-only attributes
+_PURE |= {sys.intern}  # of a constant str: an equal str (interned: `is` on trace-time strs is folded too)
 _PURE |= {getattr(math, n) for n in dir(math) if callable(getattr(math, n))}
 # str and bytes methods, read from the class (``str.join``): immutable values in and out
 _PURE |= {getattr(t, n) for t in (str, bytes) for n in dir(t) if not n.startswith("_")}
@@ -110,6 +111,9 @@ class BuiltinVariable(ObjectVariable):
         if any(self.value is t for t in (str, bytes)) and is_supported_builtin(getattr(self.value, name, None)):
             from .builder import wrap_value
             return wrap_value(tx, getattr(self.value, name), self.attr_source(name))
+        if self.value is dict and name == "fromkeys":  # a classmethod with a polyfill (polyfills.py)
+            from .stdlib import PolyfillVariable
+            return PolyfillVariable(dict.fromkeys, self.attr_source(name))
         if name in ("__name__", "__qualname__", "__module__", "__doc__") and (
                 isinstance(self.value, types.BuiltinFunctionType) or (
                     isinstance(self.value, type) and not self.value.__flags__ & _HEAPTYPE)):
@@ -409,8 +413,8 @@ def is_same_object(tx, a, b):
         if a.source is not None and b.source is not None:
             pin_identities(tx, (a, b))
         return a.module is b.module
-    if isinstance(a, TensorVariable) and isinstance(b, TensorVariable) and a.node is b.node:
-        return True
+    if isinstance(a, TensorVariable) and isinstance(b, TensorVariable):
+        return _same_tensor(tx, a, b)
     if _any_ndarray(a, b):
         # one array is one tracker (ndarray.py gives an in-place operation's operand back); an
         # array made in the trace is a new object. Between inputs: not known
@@ -436,6 +440,27 @@ def is_same_object(tx, a, b):
     except Unsupported:
         pass
     raise Unsupported(f"identity of {a} and {b} is not known while tracing")
+
+
+def _same_tensor(tx, a, b):
+    """``a is b`` for two tensors: one node is one object; two graph inputs are what they were
+    when traced, guarded (ALIASING); tensors of two storages are two objects. Otherwise (a view
+    or an op that may give back its input) not known."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+    if a.node is b.node:
+        return True
+    inputs = tx.output.inputs
+    if all(v.node.op == "placeholder" and v.source is not None and v.source.name() in inputs for v in (a, b)):
+        real = [inputs[v.source.name()][1] for v in (a, b)]
+        tx.output.guards.ALIASING([a.source, b.source], real)
+        return real[0] is real[1]
+    fa, fb = a.example_value, b.example_value
+    try:
+        if StorageWeakRef(fa.untyped_storage()) != StorageWeakRef(fb.untyped_storage()):
+            return False
+    except (RuntimeError, NotImplementedError):
+        pass
+    raise Unsupported(f"identity of {a} and {b}, which share memory, is not known while tracing")
 
 
 @handles(super)
@@ -494,6 +519,20 @@ def _delitem(tx, obj, index):
 @handles(len)
 def _len(tx, obj):
     return obj.call_method(tx, "__len__", [], {})
+
+
+@handles(operator.length_hint)
+def _length_hint(tx, obj, default=None):
+    """len(obj) for the containers the trace models (their __len__ is exact: CPython's
+    length_hint asks it first); others are refused rather than guessed."""
+    if isinstance(obj, (BaseListVariable, DictVariable, RangeVariable)) or is_set_like(obj):
+        return obj.call_method(tx, "__len__", [], {})
+    if isinstance(obj, ListIteratorVariable) and obj.python_cls is not None:
+        if hasattr(obj.python_cls, "__length_hint__"):  # list, tuple, range, str iterators: items left
+            return ConstantVariable(len(obj.items) - obj.index)
+        if not hasattr(obj.python_cls, "__len__"):  # zip, enumerate: the default
+            return default if default is not None else ConstantVariable(0)
+    raise Unsupported(f"operator.length_hint() of {obj}")
 
 
 def _classes(spec):

@@ -253,7 +253,56 @@ class ContextManagerVariable(VariableTracker):
         codegen.append_call(len(args))
 
 
-class GradModeVariable(ContextManagerVariable):
+class DecoratorForm:
+    """``@torch.no_grad()`` (or enable_grad, set_grad_enabled, inference_mode) applied to a
+    function in the trace: what torch's _DecoratorContextManager.__call__ makes, a function
+    running the wrapped one inside a fresh equal manager (``reentry``)."""
+
+    def call_function(self, tx, args, kwargs):
+        from ..bytecode_utils import is_generator
+        if kwargs or len(args) != 1:
+            raise Unsupported(f"calling {self} with these arguments")
+        fn = args[0]
+        code = getattr(fn, "code", None) or getattr(getattr(fn, "value", None), "__code__", None) \
+            or getattr(getattr(fn, "fn", None), "__code__", None)
+        if code is None or is_generator(code):  # torch wraps generator functions otherwise
+            raise Unsupported(f"{self} applied to {fn}")
+        return ContextDecoratedVariable(self.reentry(), fn)
+
+
+class ContextDecoratedVariable(VariableTracker):
+    """A function decorated in the trace by a torch context manager (``DecoratorForm``): each
+    call enters a new manager ``factory(*args)``, calls the function, and leaves it, also when the
+    function raises."""
+
+    def __init__(self, reentry, fn):
+        super().__init__(None)
+        self.reentry_call, self.fn = reentry, fn
+
+    def python_type(self):
+        import types
+        return types.FunctionType
+
+    def call_function(self, tx, args, kwargs):
+        from ..exc import ExceptionRaised
+        transparent = tx.transparent_call  # an exception of the function passes through unchanged
+        factory, fargs = self.reentry_call
+        manager = create(tx, factory, [ConstantVariable(a) for a in fargs], {})
+        manager.enter(tx)
+        try:
+            tx.transparent_call = transparent
+            result = self.fn.call_function(tx, args, kwargs)
+        except ExceptionRaised:
+            manager.exit(tx)
+            raise
+        manager.exit(tx)
+        return result
+
+    def _repr_value(self):
+        return f"{self.reentry_call[0].__name__} over {self.fn}"
+
+
+class GradModeVariable(DecoratorForm, ContextManagerVariable):
     """torch.no_grad(), enable_grad(), set_grad_enabled(mode): the grad mode ``target`` inside;
     ``initial`` the mode its exit restores (set_grad_enabled switches when it is made, and
     restores the mode of that moment)."""
@@ -304,7 +353,7 @@ class GradModeVariable(ContextManagerVariable):
         return f"grad_enabled={self.target}"
 
 
-class InferenceModeVariable(ContextManagerVariable):
+class InferenceModeVariable(DecoratorForm, ContextManagerVariable):
     cls = torch.inference_mode
 
     def __init__(self, mode, source=None, obj=None):

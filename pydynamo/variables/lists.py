@@ -174,9 +174,11 @@ class SizeVariable(TupleVariable):
         return super().call_method(tx, name, args, kwargs)
 
     def reconstruct(self, codegen):
-        if all(item.is_python_constant() for item in self.items):
+        if all(item.is_python_constant() and type(item.as_python_constant()) is int for item in self.items):
             return codegen.load_const(self.as_python_constant())
-        super().reconstruct(codegen)  # symbolic sizes: torch.Size((graph outputs...))
+        # symbolic sizes: torch.Size((graph outputs...)); items of other types (numpy ints, which
+        # torch.Size keeps as they are) one by one: a constant Size would be merged with an equal one
+        super().reconstruct(codegen)
 
 
 class ListVariable(BaseListVariable):

@@ -12,6 +12,7 @@ import copyreg
 import functools
 import operator
 import types
+import weakref
 
 from .. import polyfills
 from ..exc import Unsupported
@@ -521,3 +522,47 @@ def _slotnames(tx, obj, required):
 
 
 _ABSENT = object()
+
+
+# ---- weakref --------------------------------------------------------------------------------
+
+class WeakRefVariable(VariableTracker):
+    """A ``weakref.ref`` read from the frame's inputs (exactly that type: a subclass may add
+    state). Calling it gives its referent, read through the ref (``WeakrefSource``: guards
+    fail once it is dead), or None for a dead one (guarded dead)."""
+
+    def __init__(self, value, source):
+        super().__init__(source)
+        self.value = value
+
+    def python_type(self):
+        return weakref.ReferenceType
+
+    def truth(self, tx):
+        return True
+
+    def call_function(self, tx, args, kwargs):
+        from ..source import WeakrefSource
+        from .builder import wrap_value
+        from .constant import ConstantVariable
+        if args or kwargs:
+            raise Unsupported("a weakref.ref called with arguments")
+        referent = self.value()
+        if referent is None:
+            tx.output.guards.PREDICATE(self.source, _is_dead, f"{self.source.name()}() is None")
+            return ConstantVariable(None)
+        return wrap_value(tx, referent, WeakrefSource(self.source))
+
+    def reconstruct(self, codegen):
+        codegen.source(self.source)
+
+
+def _is_dead(ref):
+    return type(ref) is weakref.ReferenceType and ref() is None
+
+
+def wrap_weakref(tx, value, source):
+    if source is None:
+        raise Unsupported("a weakref.ref that is not reachable from the frame's inputs")
+    tx.output.guards.TYPE_MATCH(source, value)
+    return WeakRefVariable(value, source)

@@ -194,6 +194,10 @@ class TorchVariable(ObjectVariable):
             return ctx.create(tx, fn, args, kwargs)
         if any(fn is f for f in ctx.READERS):
             return ctx.read_state(tx, fn, args, kwargs)
+        if fn is torch._C._set_grad_enabled and len(args) == 1 and not kwargs \
+                and args[0].is_python_constant() and type(args[0].as_python_constant()) is bool:
+            ctx.set_grad_mode(tx, args[0].as_python_constant())  # as set_grad_enabled(mode) without `with`
+            return ConstantVariable(None)
         name = getattr(fn, "__name__", "")
         if name.startswith(_REFUSED_PREFIXES):
             raise Unsupported(f"torch.{name} changes global torch state")
