@@ -2,7 +2,6 @@
 idioms, each compared with eager and captured in one graph under fullgraph=True (torch.compile's
 result checked in the same test where it captures the program: it refuses
 combinations_with_replacement and length_hint of an iterator)."""
-import functools
 import itertools
 import operator
 import sys
@@ -141,3 +140,18 @@ def test_decorated_function_restores_grad_mode_when_it_raises():
     x = torch.ones(2, requires_grad=True)
     got = pydynamo.optimize("eager", fullgraph=True)(fn)(x)
     assert same(got, fn(x)) and got[0].requires_grad
+
+
+def test_legacy_tensor_types_data_form():
+    def fn(x):
+        return x + torch.LongTensor([1, 2, 3, 4]) + torch.FloatTensor([[0.5, 1, 2, 3]]).sum(0), \
+            torch.BoolTensor([True, False]).dtype, torch.IntTensor((1, 2)).dtype
+    x = torch.zeros(4)
+    assert same(pydynamo.optimize("eager", fullgraph=True)(fn)(x), fn(x))
+
+
+def test_legacy_tensor_types_sizes_form_is_refused():
+    def fn(x):
+        return torch.FloatTensor(2, 3).shape
+    with pytest.raises(pydynamo.exc.Unsupported, match="FloatTensor"):
+        pydynamo.optimize("eager", fullgraph=True)(fn)(torch.zeros(1))

@@ -41,7 +41,7 @@ from .sets import SetVariable, wrap_input_set
 from .deferred import DeferredFunctionVariable, LoggerVariable, is_deferred_function
 from .stdlib import (COLLECTION_TYPES, SPEC_INSTANCE_TYPES, LruCacheVariable, PolyfillVariable, has_polyfill,
                      wrap_collection, wrap_spec_instance, wrap_weakref)
-from .torch import TorchVariable, is_torch_callable
+from .torch import LegacyConstructorVariable, TorchVariable, is_legacy_constructor, is_torch_callable
 from . import ctx
 from .user_defined import PythonModuleVariable, UserDefinedClassVariable, UserDefinedObjectVariable
 
@@ -232,6 +232,7 @@ _TABLE = [
     (lambda v: substitute_of(v) is not None, _identity(SubstitutedVariable)),
     (is_marked, _identity(MarkedFunctionVariable)),  # graph_break, allow_in_graph, disallow_in_graph
     (lambda v: any(v is c for c in _TORCH_CLASSES), _identity(TorchVariable)),
+    (is_legacy_constructor, _identity(LegacyConstructorVariable)),
     (ctx.is_context_manager_object, ctx.wrap_context_manager),
     (has_polyfill, _identity(PolyfillVariable)),
     (is_deferred_function, _identity(DeferredFunctionVariable)),

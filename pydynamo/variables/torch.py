@@ -132,6 +132,40 @@ def is_torch_callable(value):
     return (module == "torch" or module.startswith("torch.")) and _named_where_it_lives(value)
 
 
+# the legacy CPU tensor types, called with data: torch.tensor(data, dtype=...)
+LEGACY_CONSTRUCTORS = {torch.FloatTensor: torch.float32, torch.DoubleTensor: torch.float64,
+                       torch.HalfTensor: torch.float16, torch.BFloat16Tensor: torch.bfloat16,
+                       torch.LongTensor: torch.int64, torch.IntTensor: torch.int32,
+                       torch.ShortTensor: torch.int16, torch.CharTensor: torch.int8,
+                       torch.ByteTensor: torch.uint8, torch.BoolTensor: torch.bool}
+
+
+def is_legacy_constructor(value):
+    return any(value is t for t in LEGACY_CONSTRUCTORS)
+
+
+class LegacyConstructorVariable(ObjectVariable):
+    """``torch.LongTensor([1, 2])``: a CPU tensor of that dtype holding the data, which is what
+    ``torch.tensor(data, dtype=...)`` makes from a (nested) list or tuple of numbers. The sizes
+    form (``torch.FloatTensor(2, 3)``: uninitialized memory) and tensor arguments are refused."""
+
+    def call_function(self, tx, args, kwargs):
+        from .builder import wrap_value
+        name = self.value.__name__
+        if kwargs or len(args) != 1 or not args[0].is_python_constant():
+            raise Unsupported(f"torch.{name}() with arguments other than one list of numbers")
+        data = args[0].as_python_constant()
+        if not isinstance(data, (list, tuple)) or not _numbers(data):
+            raise Unsupported(f"torch.{name}({type(data).__name__}) is not the data form")
+        return wrap_value(tx, torch.tensor, None).call_function(
+            tx, [args[0]], {"dtype": ConstantVariable(LEGACY_CONSTRUCTORS[self.value]),
+                            "device": ConstantVariable("cpu")})  # (a CPU type, whatever the default device)
+
+
+def _numbers(data):
+    return all(_numbers(v) if isinstance(v, (list, tuple)) else type(v) in (int, float, bool) for v in data)
+
+
 _resolves = {}
 
 
