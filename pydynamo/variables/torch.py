@@ -11,6 +11,7 @@ import torch
 from ..exc import Unsupported
 from .base import ObjectVariable
 from .constant import ConstantVariable
+from .user_defined import UserDefinedClassVariable
 
 # Functions that read True under torch.compile; libraries pick trace-friendly paths by them.
 _COMPILING_TRUE = [getattr(torch.compiler, n) for n in ("is_compiling", "is_dynamo_compiling")
@@ -144,10 +145,11 @@ def is_legacy_constructor(value):
     return any(value is t for t in LEGACY_CONSTRUCTORS)
 
 
-class LegacyConstructorVariable(ObjectVariable):
+class LegacyConstructorVariable(UserDefinedClassVariable):
     """``torch.LongTensor([1, 2])``: a CPU tensor of that dtype holding the data, which is what
     ``torch.tensor(data, dtype=...)`` makes from a (nested) list or tuple of numbers. The sizes
-    form (``torch.FloatTensor(2, 3)``: uninitialized memory) and tensor arguments are refused."""
+    form (``torch.FloatTensor(2, 3)``: uninitialized memory) and tensor arguments are refused.
+    Otherwise it is the class it is (an argument of ``t.type(...)``, of isinstance)."""
 
     def call_function(self, tx, args, kwargs):
         from .builder import wrap_value
