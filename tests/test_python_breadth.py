@@ -155,3 +155,15 @@ def test_legacy_tensor_types_sizes_form_is_refused():
         return torch.FloatTensor(2, 3).shape
     with pytest.raises(pydynamo.exc.Unsupported, match="FloatTensor"):
         pydynamo.optimize("eager", fullgraph=True)(fn)(torch.zeros(1))
+
+
+def test_typing_aliases_are_constants():
+    import typing
+
+    def fn(x):
+        t = typing.List[int]
+        o = typing.Optional[int]
+        return x + 1, t, o, t.__origin__ is list, t.__args__
+    cnt = CompileCounter()
+    got = pydynamo.optimize(cnt, fullgraph=True)(fn)(torch.zeros(2))
+    assert same(got[0], torch.ones(2)) and got[1:] == fn(torch.zeros(2))[1:] and cnt.frame_count == 1

@@ -12,6 +12,7 @@ import copyreg
 import functools
 import operator
 import types
+import typing
 import weakref
 
 from .. import polyfills
@@ -566,3 +567,70 @@ def wrap_weakref(tx, value, source):
         raise Unsupported("a weakref.ref that is not reachable from the frame's inputs")
     tx.output.guards.TYPE_MATCH(source, value)
     return WeakRefVariable(value, source)
+
+
+# ---- typing ---------------------------------------------------------------------------------
+
+_TYPING_KINDS = tuple(t for t in (getattr(typing, "_SpecialGenericAlias", None), getattr(typing, "_GenericAlias", None),
+                                  getattr(typing, "_SpecialForm", None), types.GenericAlias, types.UnionType)
+                      if t is not None)
+
+
+def is_typing_alias(value):
+    """``typing.List``, ``typing.Optional``, ``List[int]``, ``list[int]``, ``int | None``: immutable
+    objects whose subscription and attributes compute other such objects."""
+    return isinstance(value, _TYPING_KINDS)
+
+
+class TypingVariable(VariableTracker):
+    """A typing alias as a constant (read: ID_MATCH; made by subscription: the real result).
+    Subscripting it with constants and reading its attributes (``__origin__``, ``__args__``) are
+    done at trace time: typing computes them in Python with no effect but its own cache."""
+
+    def __init__(self, value, source=None):
+        super().__init__(source)
+        self.value = value
+
+    def python_type(self):
+        return type(self.value)
+
+    def as_python_constant(self):
+        return self.value
+
+    def truth(self, tx):
+        return True
+
+    def call_method(self, tx, name, args, kwargs):
+        if name == "__getitem__" and len(args) == 1 and not kwargs and args[0].is_python_constant():
+            return _typing_value(self.value[args[0].as_python_constant()])
+        raise Unsupported(f"method {name!r} of the typing alias {self.value!r}")
+
+    def var_getattr(self, tx, name):
+        from .base import GetAttrVariable
+        if name == "__getitem__":
+            return GetAttrVariable(self, name)
+        if name in ("__origin__", "__args__", "__name__", "__qualname__", "__module__", "__parameters__"):
+            try:
+                return _typing_value(getattr(self.value, name))
+            except AttributeError:
+                from .descriptors import attribute_error
+                raise attribute_error(f"{type(self.value).__name__!r} object has no attribute {name!r}") from None
+        raise Unsupported(f"attribute {name!r} of the typing alias {self.value!r}")
+
+    def reconstruct(self, codegen):
+        if self.source is not None:
+            return codegen.source(self.source)
+        codegen.load_const(self.value)
+
+    def _repr_value(self):
+        return repr(self.value)
+
+
+def _typing_value(value):
+    from .builder import wrap_constant
+    if is_typing_alias(value):
+        return TypingVariable(value)
+    if isinstance(value, tuple) and all(is_typing_alias(v) or isinstance(v, type) for v in value):
+        from .lists import TupleVariable
+        return TupleVariable([_typing_value(v) for v in value])
+    return wrap_constant(value)
