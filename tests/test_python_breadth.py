@@ -167,3 +167,30 @@ def test_typing_aliases_are_constants():
     cnt = CompileCounter()
     got = pydynamo.optimize(cnt, fullgraph=True)(fn)(torch.zeros(2))
     assert same(got[0], torch.ones(2)) and got[1:] == fn(torch.zeros(2))[1:] and cnt.frame_count == 1
+
+
+def test_weakref_referent_is_guarded_alive():
+    """A weakref read from the inputs: calling it gives the referent (guarded through the ref:
+    a dead referent fails the guards and gives None, as in eager)."""
+    import gc
+    import weakref
+
+    class Box:
+        def __init__(self, t):
+            self.t = t
+
+    def fn(x, ref):
+        obj = ref()
+        return x + 1 if obj is None else x * obj.t
+
+    cnt = CompileCounter()
+    f = pydynamo.optimize(cnt, fullgraph=True)(fn)
+    box = Box(3)
+    ref = weakref.ref(box)
+    assert same(f(torch.ones(2), ref), torch.ones(2) * 3)
+    box.t = 5
+    assert same(f(torch.ones(2), ref), torch.ones(2) * 5)
+    del box
+    gc.collect()
+    assert same(f(torch.ones(2), ref), torch.ones(2) + 1)
+    assert cnt.frame_count == 3
