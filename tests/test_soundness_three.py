@@ -438,3 +438,19 @@ def test_unused_pure_ops_are_still_dropped():
 
     pydynamo.optimize(counter)(f)(torch.ones(4))
     assert counter.op_count == 1
+
+
+def test_size_of_numpy_ints_keeps_its_items_across_a_break():
+    """torch.Size keeps the numpy ints it is given; rebuilt after a break (or read back as an
+    input of the resume function) its items must stay numpy ints (fuzzer, seeds 7 and 13)."""
+    import numpy as np
+
+    def fn(x):
+        out = [torch.Size([np.int64(2)])]
+        if x.sum() > 0:
+            out.append(1)
+        return out
+
+    x = torch.ones(2)
+    got = pydynamo.optimize("eager")(fn)(x)
+    assert got == fn(x) and type(got[0][0]) is np.int64

@@ -99,7 +99,7 @@ def _constant(tx, value, source):
 
 def _size(tx, value, source):
     _guard(tx, source, "EQUALS_MATCH", value)
-    return SizeVariable([ConstantVariable(int(s)) for s in value], source)
+    return SizeVariable([ConstantVariable(s) for s in value], source)  # (numpy ints kept: torch.Size keeps them)
 
 
 def _constant_tuple(tx, value, source):

@@ -174,7 +174,8 @@ class SizeVariable(TupleVariable):
         return super().call_method(tx, name, args, kwargs)
 
     def reconstruct(self, codegen):
-        if all(item.is_python_constant() and type(item.as_python_constant()) is int for item in self.items):
+        if self.source is None and all(item.is_python_constant() and type(item.as_python_constant()) is int
+                                       for item in self.items):
             return codegen.load_const(self.as_python_constant())
         # symbolic sizes: torch.Size((graph outputs...)); items of other types (numpy ints, which
         # torch.Size keeps as they are) one by one: a constant Size would be merged with an equal one
