@@ -194,3 +194,24 @@ def test_weakref_referent_is_guarded_alive():
     gc.collect()
     assert same(f(torch.ones(2), ref), torch.ones(2) + 1)
     assert cnt.frame_count == 3
+
+
+def test_class_dict_reads_are_guarded():
+    class C:
+        @classmethod
+        def make(cls, t):
+            return t * 2
+
+    def fn(x, obj):
+        d = type(obj).__dict__
+        y = d["make"].__func__(C, x) if "make" in d else x
+        return y + (1 if d.get("extra") is None else d.get("extra"))
+
+    cnt = CompileCounter()
+    f = pydynamo.optimize(cnt, fullgraph=True)(fn)
+    x = torch.ones(2)
+    assert same(f(x, C()), fn(x, C()))
+    C.extra = 5  # a key added to the class's dict: the absence read is guarded
+    assert same(f(x, C()), fn(x, C())) and cnt.frame_count == 2
+    del C.make
+    assert same(f(x, C()), fn(x, C())) and cnt.frame_count == 3
