@@ -375,8 +375,8 @@ class InstructionTranslator(TranslatorBase):
         if isinstance(var, WithExitVariable):
             return self._blocks.slot(var.ctx)
         if id(var) not in self._recipes:
-            self._recipes[id(var)] = None if id(var) in self._nested_ids else \
-                recipe_of(var, self.f_globals, self._nested_ids)
+            self._recipes[id(var)] = None if id(var) in self._shared_ids else \
+                recipe_of(var, self.f_globals, self._shared_ids)
         recipe = self._recipes[id(var)]
         if recipe is not None:  # made again by the prologue (variables/rebuild.py)
             return ("recipe", recipe[0])
@@ -427,7 +427,7 @@ class InstructionTranslator(TranslatorBase):
         which must be real objects (not made again by a recipe)."""
         out = self.output
         self._local_ids = {id(v) for v in self.symbolic_locals.values()}
-        self._nested_ids = shared_ids(values, self.output.side_effects.values())
+        self._shared_ids = shared_ids(values, self.output.side_effects.values())
         self._recipes = {id(v): None for v in objects}  # id(tracker) -> (recipe, leaves) or None
         self._blocks = close_blocks(self)
         cg, saved = out.begin_code(values)

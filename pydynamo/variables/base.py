@@ -205,6 +205,50 @@ def _runs_code(attr):
     return hasattr(type(attr), "__get__")
 
 
+class EntryReadsVariable(VariableTracker):
+    """An object's ``__dict__`` read entry by entry (``d[k]``, ``d.get(k[, default])``, ``k in d``,
+    constant str keys): subclasses give ``_entry(tx, key)``, the entry's tracker with its guards
+    (or None, guarded absent), and ``owner`` (the tracker whose ``__dict__`` this is). Nothing
+    else is read, and nothing written through it."""
+
+    shown = "__dict__"
+
+    def __init__(self, owner):
+        super().__init__(None)
+        self.owner = owner
+
+    def _entry(self, tx, key):
+        raise NotImplementedError
+
+    def var_getattr(self, tx, name):
+        if name in ("get", "__getitem__", "__contains__"):
+            return GetAttrVariable(self, name)
+        raise Unsupported(f"{self.shown}.{name}")
+
+    def call_method(self, tx, name, args, kwargs):
+        from .constant import ConstantVariable
+        if kwargs or not args or not args[0].is_python_constant() or type(args[0].as_python_constant()) is not str:
+            raise Unsupported(f"{self.shown}.{name} with these arguments")
+        key = args[0].as_python_constant()
+        if name == "__contains__" and len(args) == 1:
+            return ConstantVariable(self._entry(tx, key) is not None)
+        if name == "get" and len(args) in (1, 2):
+            found = self._entry(tx, key)
+            return found if found is not None else (args[1] if len(args) == 2 else ConstantVariable(None))
+        if name == "__getitem__" and len(args) == 1:
+            found = self._entry(tx, key)
+            if found is None:
+                from .exceptions import raise_exception
+                raise_exception(KeyError(key))
+            return found
+        raise Unsupported(f"{self.shown}.{name}")
+
+    def reconstruct(self, codegen):
+        from .. import bytecode_utils as bu
+        codegen(self.owner)
+        codegen.append(bu.create_load_attr("__dict__"))
+
+
 class NullVariable(VariableTracker):
     """CPython's NULL stack slot (PUSH_NULL, LOAD_GLOBAL's low bit)."""
 

@@ -530,8 +530,11 @@ def _length_hint(tx, obj, default=None):
     if isinstance(obj, ListIteratorVariable) and obj.python_cls is not None:
         if hasattr(obj.python_cls, "__length_hint__"):  # list, tuple, range, str iterators: items left
             return ConstantVariable(len(obj.items) - obj.index)
-        if not hasattr(obj.python_cls, "__len__"):  # zip, enumerate: the default
-            return default if default is not None else ConstantVariable(0)
+        if not hasattr(obj.python_cls, "__len__"):  # zip, enumerate: the default (an int)
+            if default is None:
+                return ConstantVariable(0)
+            if default.is_python_constant() and type(default.as_python_constant()) is int:
+                return default
     raise Unsupported(f"operator.length_hint() of {obj}")
 
 

@@ -260,11 +260,13 @@ class DecoratorForm:
 
     def call_function(self, tx, args, kwargs):
         from ..bytecode_utils import is_generator
+        from .functions import NestedUserFunctionVariable, UserFunctionVariable, UserMethodVariable
         if kwargs or len(args) != 1:
             raise Unsupported(f"calling {self} with these arguments")
         fn = args[0]
-        code = getattr(fn, "code", None) or getattr(getattr(fn, "value", None), "__code__", None) \
-            or getattr(getattr(fn, "fn", None), "__code__", None)
+        code = fn.code if isinstance(fn, NestedUserFunctionVariable) else \
+            fn.value.__code__ if isinstance(fn, UserFunctionVariable) else \
+            fn.fn.__code__ if isinstance(fn, UserMethodVariable) else None
         if code is None or is_generator(code):  # torch wraps generator functions otherwise
             raise Unsupported(f"{self} applied to {fn}")
         return ContextDecoratedVariable(self.reentry(), fn)

@@ -508,7 +508,7 @@ class GeneratorVariable(TypeAttributes, VariableTracker):
         """A polyfill's generator standing for a C iterator (map, filter, itertools.count...)
         is made again as that C iterator from its state, where it is not started or suspended
         at its yield (``_C_ITERATORS``). A user's generator suspended mid-way cannot be."""
-        state = self.c_iterator_state()
+        state, pushed = self.c_iterator_state(), 0
         if state is not None:  # the C iterator itself
             fn, args = state
             codegen.load_function(fn)
@@ -519,10 +519,11 @@ class GeneratorVariable(TypeAttributes, VariableTracker):
             from .rebuild import rebuild_generator
             fn, stack, local_values = state
             codegen.load_function(rebuild_generator)
-            args = [fn, *stack, *local_values]
+            codegen.load_const(fn)
+            args, pushed = [*stack, *local_values], 1
         for arg in args:
-            codegen.load_const(arg) if arg is fn else codegen(arg)
-        codegen.append_call(len(args))
+            codegen(arg)
+        codegen.append_call(pushed + len(args))
 
     def _repr_value(self):
         return self.gen_tx.code.co_qualname

@@ -11,10 +11,9 @@ import types
 
 import torch
 
-from .. import bytecode_utils as bu
 from ..exc import Unsupported
 from ..source import AttrSource, GetItemSource, ModuleMemberSource
-from .base import VariableTracker, call_model
+from .base import EntryReadsVariable, VariableTracker, call_model
 from .constant import ConstantVariable
 from .lists import ListIteratorVariable, TupleVariable
 from .user_defined import _MISSING, _MISSING_VALUE, lookup_class_attr
@@ -329,22 +328,19 @@ class SlicedContainerVariable(NNModuleVariable):
         return super().call_method(tx, name, args, kwargs)
 
 
-class ModuleInstanceDictVariable(VariableTracker):
-    """``module.__dict__``, read only (``get``, ``[]``, ``in`` with constant keys): each entry
-    read is guarded, present by its value's guards, absent by NOT_PRESENT. The trace's own
-    stores to the module's attributes are seen (side effects); writes through it are refused."""
+class ModuleInstanceDictVariable(EntryReadsVariable):
+    """``module.__dict__``, read entry by entry (base.EntryReadsVariable): a present entry by its
+    value's guards, an absent one by NOT_PRESENT; the trace's own stores to the module's
+    attributes are seen first (side effects)."""
 
-    def __init__(self, module_var):
-        super().__init__(None)
-        self.module_var = module_var
+    shown = "module.__dict__"
 
     def python_type(self):
         return dict
 
     def _entry(self, tx, key):
-        """The entry's tracker, or None where the dict has no such key."""
         from .builder import wrap_value
-        mv = self.module_var
+        mv = self.owner
         stored = tx.output.side_effects.load_attr(tx, mv, key)
         if stored is not None:
             return stored
@@ -355,33 +351,6 @@ class ModuleInstanceDictVariable(VariableTracker):
         if src is not None:
             tx.output.guards.NOT_PRESENT(src)
         return None
-
-    def var_getattr(self, tx, name):
-        from .base import GetAttrVariable
-        if name in ("get", "__getitem__", "__contains__"):
-            return GetAttrVariable(self, name)
-        raise Unsupported(f"module.__dict__.{name}")
-
-    def call_method(self, tx, name, args, kwargs):
-        if kwargs or not args or not args[0].is_python_constant() or type(args[0].as_python_constant()) is not str:
-            raise Unsupported(f"module.__dict__.{name} with these arguments")
-        key = args[0].as_python_constant()
-        if name == "__contains__" and len(args) == 1:
-            return ConstantVariable(self._entry(tx, key) is not None)
-        if name == "get" and len(args) in (1, 2):
-            found = self._entry(tx, key)
-            return found if found is not None else (args[1] if len(args) == 2 else ConstantVariable(None))
-        if name == "__getitem__" and len(args) == 1:
-            found = self._entry(tx, key)
-            if found is None:
-                from .exceptions import raise_exception
-                raise_exception(KeyError(key))
-            return found
-        raise Unsupported(f"module.__dict__.{name}")
-
-    def reconstruct(self, codegen):
-        codegen(self.module_var)
-        codegen.append(bu.create_load_attr("__dict__"))
 
 
 def _contains(self, tx, key):

@@ -582,23 +582,10 @@ def is_typing_alias(value):
     return isinstance(value, _TYPING_KINDS)
 
 
-class TypingVariable(VariableTracker):
+class TypingVariable(ObjectVariable):
     """A typing alias as a constant (read: ID_MATCH; made by subscription: the real result).
     Subscripting it with constants and reading its attributes (``__origin__``, ``__args__``) are
     done at trace time: typing computes them in Python with no effect but its own cache."""
-
-    def __init__(self, value, source=None):
-        super().__init__(source)
-        self.value = value
-
-    def python_type(self):
-        return type(self.value)
-
-    def as_python_constant(self):
-        return self.value
-
-    def truth(self, tx):
-        return True
 
     def call_method(self, tx, name, args, kwargs):
         if name == "__getitem__" and len(args) == 1 and not kwargs and args[0].is_python_constant():
@@ -616,11 +603,6 @@ class TypingVariable(VariableTracker):
                 from .descriptors import attribute_error
                 raise attribute_error(f"{type(self.value).__name__!r} object has no attribute {name!r}") from None
         raise Unsupported(f"attribute {name!r} of the typing alias {self.value!r}")
-
-    def reconstruct(self, codegen):
-        if self.source is not None:
-            return codegen.source(self.source)
-        codegen.load_const(self.value)
 
     def _repr_value(self):
         return repr(self.value)

@@ -6,7 +6,7 @@ import types
 
 from ..exc import Unsupported
 from ..source import AttrSource, GetItemSource
-from .base import GetAttrVariable, ObjectVariable, VariableTracker
+from .base import EntryReadsVariable, ObjectVariable, VariableTracker
 
 _MISSING = object()
 
@@ -103,21 +103,19 @@ class UserDefinedClassVariable(ObjectVariable):
         return self.value.__qualname__
 
 
-class ClassDictVariable(VariableTracker):
-    """``cls.__dict__`` (a mappingproxy), read only: ``[k]``, ``get(k)``, ``k in`` with constant
-    str keys, each guarded at ``cls.__dict__[k]`` (its value's guards, or NOT_PRESENT). A name
-    the trace stored on a class along the MRO is refused (the dict would show the old value)."""
+class ClassDictVariable(EntryReadsVariable):
+    """``cls.__dict__`` (a mappingproxy), read entry by entry (base.EntryReadsVariable), each
+    guarded at ``cls.__dict__[k]`` (its value's guards, or NOT_PRESENT). A name the trace stored
+    on a class along the MRO is refused (the dict would show the old value)."""
 
-    def __init__(self, cls_var):
-        super().__init__(None)
-        self.cls_var = cls_var
+    shown = "mappingproxy"
 
     def python_type(self):
         return types.MappingProxyType
 
     def _entry(self, tx, key):
         from .builder import wrap_value
-        cls, src = self.cls_var.value, self.cls_var.source
+        cls, src = self.owner.value, self.owner.source
         refuse_stale_class_read(tx, cls, key)
         item = GetItemSource(AttrSource(src, "__dict__"), key) if src is not None else None
         if key in cls.__dict__:
@@ -125,34 +123,6 @@ class ClassDictVariable(VariableTracker):
         if item is not None:
             tx.output.guards.NOT_PRESENT(item)
         return None
-
-    def var_getattr(self, tx, name):
-        if name in ("get", "__getitem__", "__contains__"):
-            return GetAttrVariable(self, name)
-        raise Unsupported(f"attribute {name!r} of a class's __dict__")
-
-    def call_method(self, tx, name, args, kwargs):
-        from .constant import ConstantVariable
-        if kwargs or not args or not args[0].is_python_constant() or type(args[0].as_python_constant()) is not str:
-            raise Unsupported(f"mappingproxy.{name} of a class with these arguments")
-        key = args[0].as_python_constant()
-        if name == "__contains__" and len(args) == 1:
-            return ConstantVariable(self._entry(tx, key) is not None)
-        if name == "get" and len(args) in (1, 2):
-            found = self._entry(tx, key)
-            return found if found is not None else (args[1] if len(args) == 2 else ConstantVariable(None))
-        if name == "__getitem__" and len(args) == 1:
-            found = self._entry(tx, key)
-            if found is None:
-                from .exceptions import raise_exception
-                raise_exception(KeyError(key))
-            return found
-        raise Unsupported(f"mappingproxy.{name} of a class")
-
-    def reconstruct(self, codegen):
-        from .. import bytecode_utils as bu
-        codegen(self.cls_var)
-        codegen.append(bu.create_load_attr("__dict__"))
 
 
 def store_class_attr(tx, cls_var, name, value):
