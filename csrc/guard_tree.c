@@ -46,12 +46,13 @@ int pyd_parse_steps(PyObject *steps, Check *c)
         else if (!is_root && k[0] == 't' && k[1] == 0) st->kind = STEP_TYPE_LOOKUP;
         else if (!is_root && k[0] == 'g' && k[1] == 0) st->kind = STEP_GENERIC_ATTR;
         else if (!is_root && k[0] == 'w' && k[1] == 0) st->kind = STEP_WEAKREF;
+        else if (!is_root && k[0] == 'd' && k[1] == 0) st->kind = STEP_DICT_ITEM;
         else {
-            PyErr_Format(PyExc_ValueError, "GuardSet.add: bad %s step %R (roots: L, G, B, C, K; then a, i, t, g, w)",
+            PyErr_Format(PyExc_ValueError, "GuardSet.add: bad %s step %R (roots: L, G, B, C, K; then a, i, t, g, w, d)",
                          is_root ? "root" : "chain", s);
             return -1;
         }
-        if (st->kind != STEP_ITEM && st->kind != ROOT_CONST && !PyUnicode_Check(arg)) {
+        if (st->kind != STEP_ITEM && st->kind != STEP_DICT_ITEM && st->kind != ROOT_CONST && !PyUnicode_Check(arg)) {
             PyErr_Format(PyExc_TypeError, "GuardSet.add: step %R needs a str name", s);
             return -1;
         }

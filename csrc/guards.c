@@ -162,6 +162,10 @@ static PyObject *read_step(const Step *step, PyObject *parent, const PydGuardCtx
         if (v == Py_None) return NULL;
         break;
 #endif
+    case STEP_DICT_ITEM: /* dict's own entry, for dict subclasses too: no __getitem__/__missing__ */
+        if (!PyDict_Check(parent)) return NULL;
+        v = PyDict_GetItemWithError(parent, step->name);
+        break;
     case STEP_ITEM:
         if (PyDict_CheckExact(parent)) {
             v = PyDict_GetItemWithError(parent, step->name);

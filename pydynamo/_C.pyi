@@ -54,11 +54,13 @@ The first step is the root:
 * ``("K", obj)`` the object ``obj`` itself, held by the check (a dict key known by identity)
 
 then any number of ``("a", name)`` (``getattr``), ``("i", key)`` (``obj[key]``), ``("t", name)``,
-``("g", name)`` and ``("w", "")`` steps; ``("t", name)`` reads a class's attribute as its MRO stores it, without
+``("g", name)``, ``("w", "")`` and ``("d", key)`` steps; ``("t", name)`` reads a class's attribute as its MRO stores it, without
 calling a descriptor (CPython's ``_PyType_Lookup``; nothing found, or not a class: the read
 fails); ``("g", name)`` is ``object.__getattribute__(v, name)`` (a Python ``__getattribute__`` of
 v's class is not run); ``("w", "")`` is the referent of a ``weakref.ref`` (exactly that type; a dead
-one fails the read). A pair
+one fails the read); ``("d", key)`` is dict's own entry for ``key`` in a dict or dict subclass instance
+(``dict.__getitem__`` without ``__missing__``: the class's ``__getitem__`` never runs; absent, the read
+fails). A pair
 ``("a", name), ("a", "__func__")`` is read as one step that returns the class's function without
 making the bound method, where that gives the same object (plain attribute lookup, a Python
 function on the class, no instance attribute of that name). An

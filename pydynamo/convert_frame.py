@@ -12,6 +12,7 @@ import sys
 import sysconfig
 import threading
 import time
+import types
 import weakref
 
 import torch
@@ -354,6 +355,19 @@ _COMPILE = object()  # _by_stance: go on and compile
 _seen_eagerly = weakref.WeakKeyDictionary()  # codes whose first call ran eagerly (eager_then_compile)
 
 
+# Codes a compile of which captured nothing (no graph, no resume function) for a call with no
+# tensor or module among its arguments: a helper run per string or per name (a config's
+# __getattribute__, a library's bookkeeping) would otherwise compile once per distinct key, each
+# entry guarding that key, until cache_size_limit. Further such calls run eagerly, untraced:
+# always correct, and what they would run anyway.
+_tensorless = weakref.WeakSet()
+
+
+def _captures_nothing(new_code):
+    return not any(n.startswith(("__compiled_fn_", "__resume_")) for n in new_code.co_names) and not any(
+        isinstance(c, types.CodeType) and c.co_name.startswith("resume_in_") for c in new_code.co_consts)
+
+
 def _has_tensor(frame):
     import torch
     return any(isinstance(v, (torch.Tensor, torch.nn.Module)) for v in frame.f_locals.values())
@@ -391,6 +405,8 @@ class ConvertFrame:
             held = self._by_stance(frame, code, cache_size)
             if held is not _COMPILE:
                 return held
+        if code in _tensorless and not _has_tensor(frame):
+            return None  # its compiles captured nothing: a call without tensors runs eagerly
         instance = _module_instance(frame, code)
         if _over_limit(code, instance, cache_size):
             self._cache_limit_reached(frame, code)
@@ -477,6 +493,8 @@ class ConvertFrame:
                 raise
             logs.report_internal_error(code, e)
             return _C.SKIP
+        if _captures_nothing(new_code) and not _has_tensor(frame):
+            _tensorless.add(code)
         from .guards import build_guard_set
         t1 = time.perf_counter()
         guards = build_guard_set(checks)
@@ -529,6 +547,7 @@ def note_graph_break(exc, what="graph break"):
 compile_times = []
 
 def reset():
+    _tensorless.clear()
     _frame_state.clear()
     _instance_entries.clear()
     _warned_limit.clear()

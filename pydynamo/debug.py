@@ -411,6 +411,12 @@ def _read_text(kind, steps, frame):
     return _short(v)
 
 
+def _raw_entry(d, key):
+    if not isinstance(d, dict) or not dict.__contains__(d, key):
+        raise KeyError(key)
+    return dict.get(d, key)
+
+
 def _read(steps, frame):
     """The value at ``steps`` (GuardSet's paths, see _C.pyi) in ``frame``."""
     root, arg = steps[0]
@@ -429,6 +435,8 @@ def _read(steps, frame):
             v = object.__getattribute__(v, arg)
         elif op == "w":
             v = v()
+        elif op == "d":
+            v = _raw_entry(v, arg)
         else:  # "t": as the class's MRO stores it
             v = next(c.__dict__[arg] for c in v.__mro__ if arg in c.__dict__)
     return v

@@ -92,6 +92,15 @@ class _GradModeIs:
         return torch.is_grad_enabled() is self.enabled
 
 
+class _NumpyErrstateIs:
+    def __init__(self, state):
+        self.state = state
+
+    def __call__(self):
+        import numpy
+        return numpy.geterr() == self.state
+
+
 class _DefaultDtypeIs:
     def __init__(self, dtype):
         self.dtype = dtype
@@ -406,6 +415,18 @@ class GuardBuilder:
     def DEFAULT_DTYPE(self, source=None, value=None):
         dtype = torch.get_default_dtype()
         self.PREDICATE(None, _DefaultDtypeIs(dtype), f"torch.get_default_dtype() == {dtype}")
+
+    def NUMPY_ERRSTATE(self):
+        """NumPy's floating-point error handling (``numpy.seterr`` / ``errstate``): a graph of
+        torch's NumPy layer never warns nor raises, which is what NumPy does only where every
+        error is ignored or warned about; the state is guarded as traced."""
+        import numpy
+        state = numpy.geterr()
+        if any(v in ("raise", "call") for v in state.values()):
+            from .exc import Unsupported
+            raise Unsupported(f"NumPy code under numpy.seterr({state}): a floating-point error raises or "
+                              "calls a handler in NumPy, never in torch's NumPy layer")
+        self.PREDICATE(None, _NumpyErrstateIs(state), f"numpy.geterr() == {state}")
 
     def AUTOCAST(self, source=None, value=None):
         """Which devices have autocast enabled, and their dtypes: ops traced (and compiled) under

@@ -138,6 +138,7 @@ class OutputGraph:
         """Record ``target(*args, **kwargs)`` (``kind``: call_function / call_method)."""
         from .variables.tensor import wrap_fx_value
         fake_target = target
+        kwargs = _python_type_dtype(kwargs)
         if self.gather_indexing and target is operator.getitem:
             fake_target = _as_gather(args)
         fake_args, fake_kwargs = _map(args, _fake_arg), {k: _fake_arg(v) for k, v in kwargs.items()}
@@ -497,6 +498,20 @@ def _node_of(t):
 
 def _fake_arg(var):
     return _graph_arg(var, lambda t: t.example_value, lambda _, items: torch.Size(items))
+
+
+_PYTHON_TYPE_DTYPES = {int: torch.int64, float: torch.float64, bool: torch.bool, complex: torch.complex128}
+
+
+def _python_type_dtype(kwargs):
+    """``dtype=int`` (float, bool, complex): torch's argument parser takes these Python types
+    for a dtype parameter, as the dtype its docs name (int64, float64, bool, complex128)."""
+    from .variables.builtin import BuiltinVariable
+    from .variables.constant import ConstantVariable
+    var = kwargs.get("dtype")
+    if isinstance(var, BuiltinVariable) and var.value in _PYTHON_TYPE_DTYPES:
+        return {**kwargs, "dtype": ConstantVariable(_PYTHON_TYPE_DTYPES[var.value])}
+    return kwargs
 
 
 def _graph_arg(var, tensor_fn, size_fn):

@@ -37,6 +37,8 @@ All new values are built before any is written, and so is every object written i
 reached by a Source): a write may change what a Source reads (``kwargs[new] = kwargs.pop(old)``
 replayed into ``kwargs`` before a store into ``kwargs[old].layers[0]``).
 """
+import collections
+
 from . import bytecode_utils as bu
 from .exc import Unsupported
 
@@ -248,7 +250,23 @@ def _replay_contents(cg, var, temp, target):
     """Make the pre-existing container ``var.source`` hold what the trace left in it."""
     from .variables.dicts import DictVariable
     from .variables.lists import DequeVariable
-    if isinstance(var, DequeVariable) or (isinstance(var, DictVariable) and type(var) is not DictVariable):
+    if getattr(var, "raw_of", None) is collections.OrderedDict:
+        # an OrderedDict subclass instance: OrderedDict.clear(d), then OrderedDict.__setitem__(d, k,
+        # new[k]) per key, in order (its own methods may be overridden, dict's skip the order)
+        cg.load_function(collections.OrderedDict.clear)
+        cg.load_local(target)
+        cg.append_call(1)
+        cg.append_pop_top()
+        for k in var.items:
+            cg.load_function(collections.OrderedDict.__setitem__)
+            cg.load_local(target)
+            cg.load_const(k)
+            cg.load_local(temp)
+            cg.load_const(k)
+            cg.append(bu.create_binary_subscr())
+            cg.append_call(3)
+            cg.append_pop_top()
+    elif isinstance(var, DequeVariable) or (isinstance(var, DictVariable) and type(var) is not DictVariable):
         # a deque, OrderedDict or defaultdict (exactly that type): d.clear(); d.extend/update(new)
         cg.load_local(target)
         cg.append_call_method("clear", 0)

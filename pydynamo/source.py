@@ -147,6 +147,29 @@ class GetItemSource(Source):
         codegen.append(bu.create_binary_subscr())
 
 
+class DictItemSource(Source):
+    """``dict.__getitem__(base, key)`` for a key known present: the raw entry of a dict or dict
+    subclass instance, read by dict's own lookup (the class's ``__getitem__`` and ``__missing__``
+    never run, in guards nor here). Guards read it in one C step (``("d", key)``), which fails
+    when the key is absent (so NOT_PRESENT on it guards absence)."""
+
+    def __init__(self, base, key):
+        assert isinstance(base, Source)
+        self.base, self.index = base, key
+
+    def name(self):
+        return f"dict.__getitem__({self.base.name()}, {self.index!r})"
+
+    def steps(self):
+        return self.base.steps() + (("d", self.index),)
+
+    def reconstruct(self, codegen):
+        codegen.load_function(dict.__getitem__)
+        codegen.source(self.base)
+        codegen.load_const(self.index)
+        codegen.append_call(2)
+
+
 class GenericAttrSource(Source):
     """``object.__getattribute__(base, member)``: how a class with its own ``__getattribute__``
     reads its instances' ``__dict__`` and ``__class__`` (reading them through that

@@ -108,6 +108,12 @@ def _read(steps, args, f_globals, f_builtins, closure):
             value = next(c.__dict__[arg] for c in value.__mro__ if arg in c.__dict__)
         elif kind == "g":
             value = object.__getattribute__(value, arg)
+        elif kind == "d":  # dict's own entry (a subclass's __getitem__ / __missing__ not run)
+            if not isinstance(value, dict) or not dict.__contains__(value, arg):
+                raise KeyError(arg)
+            value = dict.get(value, arg)
+        elif kind == "w":
+            value = value()
         else:
             value = getattr(value, arg) if kind == "a" else value[arg]
     return value

@@ -158,6 +158,10 @@ def main():
     p.add_argument("--limit", type=int, default=0, help="--sweep: at most this many models")
     p.add_argument("--start", type=int, default=0, help="--sweep: skip the first K models")
     p.add_argument("--only-kind", default="", choices=["", "causal", "base", "timm"], help="--sweep: one source")
+    p.add_argument("--shard", default="", help="--sweep: I/N runs every N-th model from the I-th")
+    p.add_argument("--jsonl", default="", help="--sweep: append each model's row to this file")
+    p.add_argument("--model-timeout", type=int, default=300, help="--sweep: seconds per model before it is cut")
+    p.add_argument("--summarize", nargs="+", default=None, help="--sweep: totals of rows written by --jsonl")
     a = p.parse_args()
     if a.sweep:
         import sweep

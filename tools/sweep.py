@@ -2,6 +2,11 @@
 architecture families where timm is installed), tiny configs, random weights, beside torch.compile.
 
     python tools/bench_real.py --sweep [--limit N] [--start K] [--only-kind causal|base|timm]
+                               [--shard I/N] [--jsonl FILE] [--model-timeout S]
+    python tools/bench_real.py --sweep --summarize FILE [FILE...]
+
+--shard I/N runs every N-th model from the I-th (one process per core on a large machine); --jsonl
+appends each model's row to FILE, and --summarize prints the totals of rows gathered that way.
 
 For each model: pydynamo's and torch.compile's graph and break counts (explain, eager backend),
 whether fullgraph=True succeeds for each, and the largest difference from eager. Models that do
@@ -12,6 +17,8 @@ torch.compile captures something.
 """
 import contextlib
 import io
+import json
+import signal
 import traceback
 import warnings
 
@@ -137,7 +144,51 @@ def sweep_one(name, make, inputs):
     return row
 
 
+class _ModelTimeout(BaseException):  # not caught by the per-system handlers
+    pass
+
+
+def _alarm(signum, frame):
+    raise _ModelTimeout()
+
+
+def _print_row(r):
+    name = r["name"]
+    if "skip" in r:
+        print(f"{name:<34} skipped ({r['skip']})", flush=True)
+        return
+    if "failed" in r:
+        print(f"{name:<34} FAILED: {r['failed']}", flush=True)
+        return
+    full = ("y" if r["ours_full"] else "n") + "/" + ("y" if r["torch_full"] else "n")
+    print(f"{name:<34}{'%d/%d' % tuple(r['ours']):>9}{'%d/%d' % tuple(r['torch']):>10}{full:>6}{r['err']:>10.2e}"
+          f"  {r.get('ours_error', '')}", flush=True)
+
+
+def summarize(rows):
+    done = [r for r in rows if "skip" not in r and "failed" not in r]
+    failed = [r["name"] for r in rows if "failed" in r]
+    ours_one = sum(r["ours"][0] == 1 for r in done)
+    torch_one = sum(r["torch"][0] == 1 for r in done)
+    eager_only = [r["name"] for r in done if r["ours"][0] == 0 and r["torch"][0] > 0]
+    fewer = sum(r["ours"][0] <= r["torch"][0] for r in done if r["torch"][0] > 0)
+    more = [r["name"] for r in done if r["torch"][0] > 0 and r["ours"][0] > r["torch"][0]]
+    print(f"\n{len(done)} models run ({sum('skip' in r for r in rows)} skipped: no tiny config or eager fails; "
+          f"{len(failed)} failed or timed out in the sweep itself: {failed})")
+    print(f"one graph: pydynamo {ours_one}, torch.compile {torch_one}")
+    print(f"fullgraph ok: pydynamo {sum(r['ours_full'] for r in done)}, torch.compile {sum(r['torch_full'] for r in done)}")
+    print(f"graphs at most torch.compile's: {fewer} of {sum(r['torch'][0] > 0 for r in done)}; more: {more}")
+    print(f"wholly eager under pydynamo where torch.compile captures: {len(eager_only)} {eager_only}")
+    bad = [r["name"] for r in done if r["err"] == r["err"] and r["err"] > 1e-3]
+    print(f"differ from eager (max err > 1e-3): {len(bad)} {bad}")
+
+
 def main(a):
+    if a.summarize:
+        rows = [json.loads(line) for path in a.summarize for line in open(path) if line.strip()]
+        for r in rows:
+            _print_row(r)
+        return summarize(rows)
     sources = []
     if a.only_kind in ("", "causal"):
         sources.append(transformers_models("causal"))
@@ -151,31 +202,26 @@ def main(a):
     models = [m for s in sources for m in s][a.start:]
     if a.limit:
         models = models[:a.limit]
+    if a.shard:
+        index, count = (int(v) for v in a.shard.split("/"))
+        models = models[index::count]
     print(f"{'model':<34}{'ours g/b':>9}{'torch g/b':>10}{'full':>6}{'max err':>10}")
     rows = []
+    signal.signal(signal.SIGALRM, _alarm)
     for name, make, inputs in models:
+        signal.alarm(a.model_timeout)
         try:
             r = sweep_one(name, make, inputs)
+        except _ModelTimeout:
+            r = {"name": name, "failed": f"timed out after {a.model_timeout} s"}
         except Exception as e:  # noqa: BLE001
-            print(f"{name:<34} FAILED: {type(e).__name__}: {str(e).splitlines()[0][:100] if str(e) else ''}", flush=True)
+            r = {"name": name, "failed": f"{type(e).__name__}: {str(e).splitlines()[0][:100] if str(e) else ''}"}
             traceback.print_exc(limit=2)
-            continue
+        finally:
+            signal.alarm(0)
         rows.append(r)
-        if "skip" in r:
-            print(f"{name:<34} skipped ({r['skip']})", flush=True)
-            continue
-        full = ("y" if r["ours_full"] else "n") + "/" + ("y" if r["torch_full"] else "n")
-        print(f"{name:<34}{'%d/%d' % r['ours']:>9}{'%d/%d' % r['torch']:>10}{full:>6}{r['err']:>10.2e}"
-              f"  {r.get('ours_error', '')}", flush=True)
-    done = [r for r in rows if "skip" not in r]
-    ours_one = sum(r["ours"][0] == 1 for r in done)
-    torch_one = sum(r["torch"][0] == 1 for r in done)
-    eager_only = [r["name"] for r in done if r["ours"][0] == 0 and r["torch"][0] > 0]
-    fewer = sum(r["ours"][0] <= r["torch"][0] for r in done if r["torch"][0] > 0)
-    print(f"\n{len(done)} models run ({len(rows) - len(done)} skipped: no tiny config or eager fails)")
-    print(f"one graph: pydynamo {ours_one}, torch.compile {torch_one}")
-    print(f"fullgraph ok: pydynamo {sum(r['ours_full'] for r in done)}, torch.compile {sum(r['torch_full'] for r in done)}")
-    print(f"graphs at most torch.compile's: {fewer} of {sum(r['torch'][0] > 0 for r in done)}")
-    print(f"wholly eager under pydynamo where torch.compile captures: {len(eager_only)} {eager_only}")
-    bad = [r["name"] for r in done if r["err"] == r["err"] and r["err"] > 1e-3]
-    print(f"differ from eager (max err > 1e-3): {len(bad)} {bad}")
+        _print_row(r)
+        if a.jsonl:
+            with open(a.jsonl, "a") as f:
+                f.write(json.dumps(r) + "\n")
+    summarize(rows)

@@ -111,6 +111,10 @@ class BuiltinVariable(ObjectVariable):
         if any(self.value is t for t in (str, bytes)) and is_supported_builtin(getattr(self.value, name, None)):
             from .builder import wrap_value
             return wrap_value(tx, getattr(self.value, name), self.attr_source(name))
+        if any(self.value is t for t in (dict, list, tuple)) and isinstance(
+                getattr(self.value, name, None), (types.MethodDescriptorType, types.WrapperDescriptorType)):
+            from .objects import BuiltinMethodVariable  # dict.__getitem__(d, k): modelled per owner
+            return BuiltinMethodVariable(getattr(self.value, name), None, self.attr_source(name))
         if self.value is dict and name == "fromkeys":  # a classmethod with a polyfill (polyfills.py)
             from .stdlib import PolyfillVariable
             return PolyfillVariable(dict.fromkeys, self.attr_source(name))

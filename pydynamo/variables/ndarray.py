@@ -247,6 +247,7 @@ def numpy_call(tx, what, fn, args, kwargs, numpy_fn=None):
     ``torch._numpy`` function, or is an operator or method wrapper that works on both kinds of
     arrays); checked against ``numpy_fn`` (default ``fn``) run by NumPy on stand-ins."""
     _check_arguments(what, [*args, *kwargs.values()])
+    tx.output.guards.NUMPY_ERRSTATE()
     args = [_scalar_operand(tx, a) for a in args]
     kwargs = {k: _scalar_operand(tx, v) for k, v in kwargs.items()}
     target = getattr(tnp, fn) if isinstance(fn, str) else fn
@@ -439,6 +440,9 @@ class NumpyFunctionVariable(ObjectVariable):
     twin, checked against NumPy itself."""
 
     def call_function(self, tx, args, kwargs):
+        folded = _fold_ufunc(self.value, args, kwargs)
+        if folded is not None:
+            return folded
         module, name = _numpy_name(self.value)
         twin = getattr(_SUBMODULES[module], name, None)
         if twin is None or not callable(twin):
@@ -447,6 +451,23 @@ class NumpyFunctionVariable(ObjectVariable):
 
     def _repr_value(self):
         return getattr(self.value, "__name__", repr(self.value))
+
+
+def _fold_ufunc(fn, args, kwargs):
+    """A NumPy ufunc (``numpy.sqrt``...) of plain numbers: a ufunc is a pure function of its
+    operands, so the NumPy scalar it gives is a constant (as it is to CPython: ``x *= np.sqrt(d)``
+    multiplies by a float). Anything else (arrays, keywords, a non-scalar result): None."""
+    if not isinstance(fn, np.ufunc) or kwargs or not args:
+        return None
+    if not all(a.is_python_constant() and type(a.as_python_constant()) in (bool, int, float) for a in args):
+        return None
+    try:  # a floating-point error would warn or raise per call (np.seterr): not folded
+        with warnings.catch_warnings(), np.errstate(all="raise"):
+            warnings.simplefilter("error")
+            value = fn(*(a.as_python_constant() for a in args))
+    except Exception:  # noqa: BLE001 - left to the graph path
+        return None
+    return ConstantVariable(value) if isinstance(value, np.generic) else None
 
 
 # ---- between tensors and arrays ------------------------------------------------------------

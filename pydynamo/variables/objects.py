@@ -16,7 +16,7 @@ import collections
 import types
 
 from ..exc import UnmodelledCallError, Unsupported
-from ..source import AttrSource, GenericAttrSource, GetItemSource, type_lookup as raw_type_lookup
+from ..source import AttrSource, DictItemSource, GenericAttrSource, GetItemSource, type_lookup as raw_type_lookup
 from .base import TypeAttributes, VariableTracker
 from .constant import ConstantVariable
 from .descriptors import (DELETED, MISSING, _generic, bind, call_transparent,
@@ -524,7 +524,8 @@ def call_builtin_method(tx, descr, obj, args, kwargs):
     if obj.base is None:
         if isinstance(obj.value, dict) and name in ("get", "__getitem__", "__contains__"):
             return _read_input_dict(tx, obj, name, args, kwargs)
-        if obj.value is None or obj.source is None or solid_base(type(obj.value)) not in (dict, list):
+        if obj.value is None or obj.source is None or \
+                solid_base(type(obj.value)) not in (dict, collections.OrderedDict, list):
             raise Unsupported(f"{descr.__qualname__} of {obj}: the contents of a {owner.__name__} "
                               "subclass instance made before the frame are not tracked")
         obj.base = input_contents(tx, obj)
@@ -545,54 +546,63 @@ class RawLength:
 
 
 def input_contents(tx, obj):
-    """The contents of a dict or list subclass instance read from the inputs, as a dict or list
-    tracker (mutations replayed through dict's / list's own methods). Its keys or length are
-    guarded as the base type stores them, each item by ``obj[k]``, which reads the raw entry
-    while the class keeps the base's ``__getitem__`` (guarded) and, for a dict, has no
-    ``__missing__``."""
+    """The contents of a dict, OrderedDict or list subclass instance read from the inputs, as a
+    dict, OrderedDict or list tracker (``raw_of`` the base: mutations are replayed through the
+    base's own methods). A dict's keys are guarded in the base's own order, each entry read raw
+    (DictItemSource: the class's ``__getitem__`` never runs), and a class with ``__missing__``
+    refused (dict's lookup would call it for an absent key); a list's length by list's own
+    ``__len__``, each item by ``obj[i]``, which reads the raw item while the class keeps list's
+    ``__getitem__`` (guarded)."""
     from .builder import wrap_value
-    from .dicts import DictVariable, valid_key
+    from .dicts import DictVariable, OrderedDictVariable, valid_key
     from .lists import ListVariable
     base, value, src = solid_base(type(obj.value)), obj.value, obj.source
-    getitem, _ = type_lookup(tx, obj.cls_var, "__getitem__")
-    if getitem is not raw_type_lookup(base, "__getitem__") or (
-            base is dict and type_lookup(tx, obj.cls_var, "__missing__")[0] is not MISSING):
-        raise Unsupported(f"the contents of {obj}, whose class changes item lookup")
-    if base is dict:
-        keys = tuple(dict.__iter__(value))
+    if base in (dict, collections.OrderedDict):
+        if type_lookup(tx, obj.cls_var, "__missing__")[0] is not MISSING:
+            raise Unsupported(f"the contents of {obj}, whose class changes item lookup (__missing__)")
+        keys = tuple(base.__iter__(value))
         if not all(valid_key(k) for k in keys):
             raise Unsupported(f"the contents of {obj}: a key that is neither a constant nor hashed by identity")
         from .stdlib import KeysAre
-        check = KeysAre(type(value), keys, raw=True)
+        check = KeysAre(type(value), keys, raw=base)
         tx.output.guards.PREDICATE(src, check, f"{src.name()} {check!r}")
-        return DictVariable({k: wrap_value(tx, dict.__getitem__(value, k), GetItemSource(src, k)) for k in keys}, src)
-    n = list.__len__(value)
-    check = RawLength(type(value), n)
-    tx.output.guards.PREDICATE(src, check, f"{src.name()} {check!r}")
-    return ListVariable([wrap_value(tx, list.__getitem__(value, i), GetItemSource(src, i)) for i in range(n)], src)
+        items = {k: wrap_value(tx, dict.__getitem__(value, k), DictItemSource(src, k)) for k in keys}
+        contents = (DictVariable if base is dict else OrderedDictVariable)(items, src)
+    else:
+        getitem, _ = type_lookup(tx, obj.cls_var, "__getitem__")
+        if getitem is not list.__getitem__:
+            raise Unsupported(f"the contents of {obj}, whose class changes item lookup")
+        n = list.__len__(value)
+        check = RawLength(type(value), n)
+        tx.output.guards.PREDICATE(src, check, f"{src.name()} {check!r}")
+        contents = ListVariable([wrap_value(tx, list.__getitem__(value, i), GetItemSource(src, i))
+                                 for i in range(n)], src)
+    contents.raw_of = base
+    return contents
 
 
 def _read_input_dict(tx, obj, name, args, kwargs):
     """``dict.get`` / ``__getitem__`` / ``__contains__`` of a dict-subclass instance read from
-    the inputs: one entry, guarded as ``obj[key]`` (present: by value; absent: NOT_PRESENT),
-    which reads the raw entry while the class keeps dict's ``__getitem__`` and has no
-    ``__missing__`` (both guarded)."""
+    the inputs, whose contents are not otherwise read: one raw entry (DictItemSource), guarded
+    present by value or absent by NOT_PRESENT. ``dict.__getitem__`` of an absent key calls the
+    class's ``__missing__``, guarded absent from the class."""
     from .builder import wrap_value
     if kwargs or not 1 <= len(args) <= (2 if name == "get" else 1) or not args[0].is_python_constant():
         raise Unsupported(f"dict.{name} of {obj} with these arguments")
-    getitem, _ = type_lookup(tx, obj.cls_var, "__getitem__")
-    missing_, _ = type_lookup(tx, obj.cls_var, "__missing__")
-    if getitem is not dict.__getitem__ or missing_ is not MISSING or obj.source is None:
-        raise Unsupported(f"dict.{name} of {obj}, whose class changes item lookup")
+    if obj.source is None:
+        raise Unsupported(f"dict.{name} of {obj}, not reachable from the frame's inputs")
     key = args[0].as_python_constant()
     try:
         present = dict.__contains__(obj.value, key)
     except TypeError:
         raise Unsupported(f"TypeError: unhashable key {key!r}") from None
-    src = GetItemSource(obj.source, key)
+    src = DictItemSource(obj.source, key)
     if not present:
         tx.output.guards.NOT_PRESENT(src)
         if name == "__getitem__":
+            missing_, _ = type_lookup(tx, obj.cls_var, "__missing__")
+            if missing_ is not MISSING:
+                return obj.call_method(tx, "__missing__", [args[0]], {})
             from .exceptions import raise_exception
             raise_exception(KeyError(key))  # its absence is guarded: Python raises it too
         return ConstantVariable(False) if name == "__contains__" else (args[1] if len(args) == 2 else ConstantVariable(None))
@@ -644,10 +654,16 @@ _RAW = {
 }
 
 
+_ORDER_FREE = {"__getitem__", "__contains__", "__len__", "get"}
+
+
 def _container_method(tx, owner, name, obj, args, kwargs):
     from .dicts import items_of
     from .lists import ListIteratorVariable
     base = obj.base
+    if owner is dict and getattr(base, "raw_of", None) is collections.OrderedDict and name not in _ORDER_FREE:
+        # dict's own methods skip an OrderedDict's order (a store would not link the new key)
+        raise Unsupported(f"dict.{name} of an OrderedDict subclass instance ({obj})")
     if name == "__iter__" and not args and not kwargs:
         sample = owner() if owner is not tuple else ()
         return ListIteratorVariable(base.unpack_var_sequence(tx), type(iter(sample)))

@@ -270,15 +270,15 @@ def _deque(tx, iterable=None, maxlen=None):
 
 class KeysAre:
     """A guard: the value is a ``cls`` whose keys are, in iteration order, ``keys`` (same type
-    and value each). ``raw``: read by dict's own ``__len__``/``__iter__`` (a dict subclass's
-    overrides never run in a guard)."""
+    and value each). ``raw``: the builtin base (dict or OrderedDict) whose own ``__len__`` and
+    ``__iter__`` read them (a subclass's overrides never run in a guard)."""
 
-    def __init__(self, cls, keys, raw=False):
+    def __init__(self, cls, keys, raw=None):
         self.cls, self.keys, self.raw = cls, tuple(keys), raw
 
     def __call__(self, value):
         from .sets import _identical
-        length, iterate = (dict.__len__, dict.__iter__) if self.raw else (len, iter)
+        length, iterate = (self.raw.__len__, self.raw.__iter__) if self.raw else (len, iter)
         return type(value) is self.cls and length(value) == len(self.keys) and all(
             _identical(a, b) for a, b in zip(iterate(value), self.keys))
 

@@ -31,6 +31,14 @@ def lookup_class_attr(tx, obj_var, cls, name, src):
         return UserMethodVariable(attr, obj_var, fn_src)
     if isinstance(attr, staticmethod):
         return wrap_value(tx, attr.__func__, src)
+    if isinstance(attr, classmethod) and isinstance(attr.__func__, types.FunctionType):
+        # bound to the class: obj.name.__func__ is the function (guarded), obj.__class__ the
+        # class (pinned with the object)
+        fn_src = AttrSource(src, "__func__") if src is not None else None
+        if fn_src is not None:
+            tx.output.guards.ID_MATCH(fn_src, attr.__func__)
+        cls_src = AttrSource(obj_var.source, "__class__") if obj_var.source is not None else None
+        return UserMethodVariable(attr.__func__, wrap_value(tx, cls, cls_src), fn_src)
     if isinstance(attr, property) and isinstance(attr.fget, types.FunctionType):
         cls_src = AttrSource(obj_var.source, "__class__") if obj_var.source is not None else None
         fget_src = AttrSource(AttrSource(cls_src, name), "fget") if cls_src is not None else None
