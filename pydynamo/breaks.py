@@ -354,10 +354,11 @@ ENTRIES = [
           "Each NumPy call is checked at trace time against NumPy itself, run on stand-in arrays "
           "of the same dtypes and shapes. Where NumPy gives another dtype, shape, scalar kind, "
           "or a view where the layer copies (or the reverse), the graph would compute something "
-          "NumPy does not, so the call is refused.",
+          "NumPy does not, so the call is refused. So is NumPy code under numpy.seterr set to "
+          "raise or call a handler: the layer never does either.",
           "cast explicitly (astype) or use an equivalent call whose result both agree on",
           (r"where torch's NumPy layer gives", r"torch's NumPy layer a (copy|new array)",
-           r"^numpy \S+ gives ", r"on stand-in arrays"),
+           r"^numpy \S+ gives ", r"on stand-in arrays", r"^NumPy code under numpy\.seterr"),
           example="numpy mean gives float32 where torch's NumPy layer gives float64"),
     Break("PD902", "a NumPy function or attribute with no equivalent in torch's NumPy layer",
           "Only what torch._numpy implements can become graph ops; other NumPy functions, "

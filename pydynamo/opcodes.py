@@ -79,22 +79,47 @@ def store_attr(tx, obj, name, value):
     check_attr_store(obj, name, value)
     if obj.source is not None:  # what the store finds in the module (check_attr_store): this one's
         tx.output.guards.ID_MATCH(obj.source, obj.module)
+    if name in obj.module.__dict__.get("_buffers", {}):
+        tx.output.guards.PREDICATE(None, _no_buffer_hooks, "no global buffer registration hooks")
+        tx.output.side_effects.buffer_stores.add(id(obj.module))
     tx.output.side_effects.store_attr(obj, name, value)
     return ConstantVariable(None)
 
 
+def _no_buffer_hooks():
+    from torch.nn.modules import module as module_mod
+    return not module_mod._global_buffer_registration_hooks
+
+
 def check_attr_store(obj, name, value):
-    """Attribute stores we replay on modules: plain attributes of pre-existing ones."""
+    """Attribute stores we replay on modules: plain attributes of pre-existing ones, and a
+    buffer given a new tensor (``self.pos_enc = ...``: Module.__setattr__ puts it in _buffers)."""
     from .variables.nn_module import NNModuleVariable
     if isinstance(obj, NNModuleVariable):
         mod = obj.module
         plain = not any(name in mod.__dict__.get(t, {}) for t in ("_parameters", "_buffers", "_modules")) \
             and not isinstance(value, NNModuleVariable) and not hasattr(
                 inspect.getattr_static(type(mod), name, None), "__set__")
+        plain = plain or _buffer_store(mod, name, value)
     else:
         plain = False
     if not plain or obj.source is None:
         raise SideEffectError(f"assignment to attribute {name!r} of {obj}")
+
+
+def _buffer_store(mod, name, value):
+    """``mod.name = tensor`` where ``name`` is a buffer: nn.Module.__setattr__ (not overridden)
+    stores a plain tensor (not a Parameter, which would become a parameter) in ``_buffers``
+    when no global buffer registration hook could change it (their absence is guarded by the
+    caller). Reads of the module's tables after it are refused (NNModuleVariable)."""
+    import torch
+    from torch.nn.modules import module as module_mod
+    from .variables.tensor import TensorVariable
+    return name in mod.__dict__.get("_buffers", {}) and name not in mod.__dict__ \
+        and type(mod).__setattr__ is torch.nn.Module.__setattr__ \
+        and isinstance(value, TensorVariable) and not issubclass(value.python_type(), torch.nn.Parameter) \
+        and not module_mod._global_buffer_registration_hooks \
+        and not hasattr(inspect.getattr_static(type(mod), name, None), "__set__")
 
 
 class OpcodeHandlers:

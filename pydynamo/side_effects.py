@@ -47,6 +47,7 @@ class SideEffects:
     def __init__(self):
         self._effects = {}  # key -> (kind, target tracker or name, value tracker or None)
         self._class_writes = {}  # attribute name -> ids of the classes the trace wrote it on
+        self.buffer_stores = set()  # ids of the modules a buffer of which the trace reassigned
 
     def __bool__(self):
         return bool(self._effects)

@@ -191,3 +191,56 @@ def test_helper_that_captures_nothing_does_not_fill_the_cache():
     assert cnt.frame_count == 0
     # with a tensor among the arguments it is compiled again
     assert pydynamo.optimize(cnt)(lambda t: lookup(table, "a") + t)(torch.ones(1)) == 2
+
+
+class PositionalCache(torch.nn.Module):
+    """Like transformers' FastSpeech2 relative positional encoding: a buffer reassigned in
+    forward (Module.__setattr__ puts a plain tensor in _buffers)."""
+
+    def __init__(self):
+        super().__init__()
+        self.pos = torch.nn.Buffer(torch.zeros(1, 2), persistent=False)
+
+    def extend(self, x):
+        if self.pos.size(1) >= x.size(1):
+            return self.pos
+        return torch.arange(x.size(1), dtype=x.dtype).unsqueeze(0)
+
+    def forward(self, x):
+        self.pos = self.extend(x)
+        return x + self.pos[:, :x.size(1)]
+
+
+def test_buffer_reassigned_in_forward():
+    cnt = CompileCounter()
+    got_m, want_m = PositionalCache(), PositionalCache()
+    f = pydynamo.optimize(cnt, fullgraph=True)(got_m)
+    for n in (1, 4, 3, 6):
+        x = torch.randn(2, n)
+        assert same(f(x), want_m(x))
+        assert "pos" in got_m._buffers and same(got_m.pos, want_m.pos)
+    assert "pos" not in got_m.__dict__
+
+
+def test_buffer_tables_after_a_buffer_store_are_refused():
+    class M(PositionalCache):
+        def forward(self, x):
+            self.pos = x * 2
+            return [b for b in self.buffers()][0] + 1
+
+    m = M()
+    with pytest.raises(pydynamo.exc.Unsupported, match="reassigned a buffer"):
+        pydynamo.optimize("eager", fullgraph=True)(m)(torch.ones(1, 2))
+    m2 = M()
+    x = torch.ones(1, 2)
+    assert same(pydynamo.optimize("eager")(m2)(x), M()(x))  # a break there gives eager's answer
+
+
+def test_parameter_assigned_to_a_buffer_name_is_refused():
+    class M(PositionalCache):
+        def forward(self, x):
+            self.pos = torch.nn.Parameter(x)
+            return x
+
+    with pytest.raises(pydynamo.exc.Unsupported):
+        pydynamo.optimize("eager", fullgraph=True)(M())(torch.ones(1, 2))

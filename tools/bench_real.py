@@ -161,6 +161,7 @@ def main():
     p.add_argument("--shard", default="", help="--sweep: I/N runs every N-th model from the I-th")
     p.add_argument("--jsonl", default="", help="--sweep: append each model's row to this file")
     p.add_argument("--model-timeout", type=int, default=300, help="--sweep: seconds per model before it is cut")
+    p.add_argument("--names", default="", help="--sweep: only the models listed in this file, one per line")
     p.add_argument("--summarize", nargs="+", default=None, help="--sweep: totals of rows written by --jsonl")
     a = p.parse_args()
     if a.sweep:

@@ -2,11 +2,13 @@
 architecture families where timm is installed), tiny configs, random weights, beside torch.compile.
 
     python tools/bench_real.py --sweep [--limit N] [--start K] [--only-kind causal|base|timm]
-                               [--shard I/N] [--jsonl FILE] [--model-timeout S]
+                               [--shard I/N] [--jsonl FILE] [--model-timeout S] [--names FILE]
     python tools/bench_real.py --sweep --summarize FILE [FILE...]
 
 --shard I/N runs every N-th model from the I-th (one process per core on a large machine); --jsonl
-appends each model's row to FILE, and --summarize prints the totals of rows gathered that way.
+appends each model's row to FILE, and --summarize prints the totals of rows gathered that way (a
+model's row in a later file replaces an earlier one); --names FILE runs only the models it lists
+(a line ``timm.*``: every name with that prefix).
 
 For each model: pydynamo's and torch.compile's graph and break counts (explain, eager backend),
 whether fullgraph=True succeeds for each, and the largest difference from eager. Models that do
@@ -185,7 +187,14 @@ def summarize(rows):
 
 def main(a):
     if a.summarize:
-        rows = [json.loads(line) for path in a.summarize for line in open(path) if line.strip()]
+        by_name = {}  # a later file's row of a model replaces an earlier one (a rerun)
+        for path in a.summarize:
+            for line in open(path):
+                if line.strip():
+                    r = json.loads(line)
+                    by_name.pop(r["name"], None)
+                    by_name[r["name"]] = r
+        rows = list(by_name.values())
         for r in rows:
             _print_row(r)
         return summarize(rows)
@@ -202,6 +211,10 @@ def main(a):
     models = [m for s in sources for m in s][a.start:]
     if a.limit:
         models = models[:a.limit]
+    if a.names:  # only the models named in this file (one per line)
+        wanted = {line.strip() for line in open(a.names) if line.strip()}
+        prefixes = tuple(w[:-1] for w in wanted if w.endswith("*"))  # "timm.*": every timm family
+        models = [m for m in models if m[0] in wanted or m[0].startswith(prefixes or ("\0",))]
     if a.shard:
         index, count = (int(v) for v in a.shard.split("/"))
         models = models[index::count]

@@ -54,6 +54,9 @@ class NNModuleVariable(VariableTracker):
         d = mod.__dict__
         if name == "__dict__" and "__dict__" not in d:
             return ModuleInstanceDictVariable(self)
+        if name == "_buffers" and id(mod) in tx.output.side_effects.buffer_stores:
+            raise Unsupported(f"{name} of a module after the trace reassigned a buffer (the store is "
+                              "replayed when the graph has run)")
         if name in d and not _data_descriptor(type(mod), name):  # (a property wins over the dict)
             return wrap_value(tx, d[name], src)
         if name in _TREE_METHODS and _is_torch_method(type(mod), name):
@@ -175,6 +178,9 @@ def _is_torch_method(cls, name):
 def _tree_method(self, tx, name, args, kwargs):
     """``module.<name>(...)`` as torch computes it, as an iterator over the result."""
     from .base import signature
+    if tx.output.side_effects.buffer_stores:  # torch would read the tables the trace wrote
+        raise Unsupported(f"{name}() of a module after the trace reassigned a buffer (the store is "
+                          "replayed when the graph has run)")
     try:
         bound = signature(getattr(torch.nn.Module, name)).bind(
             None, *[a.as_python_constant() for a in args],
@@ -344,6 +350,8 @@ class ModuleInstanceDictVariable(EntryReadsVariable):
         stored = tx.output.side_effects.load_attr(tx, mv, key)
         if stored is not None:
             return stored
+        if key == "_buffers" and id(mv.module) in tx.output.side_effects.buffer_stores:
+            raise Unsupported("module.__dict__['_buffers'] after the trace reassigned a buffer")
         src = GetItemSource(AttrSource(mv.source, "__dict__"), key) if mv.source is not None else None
         d = mv.module.__dict__
         if key in d:
