@@ -590,7 +590,8 @@ def children(var, through_iterators=True):
     if isinstance(var, sequences):
         return list(var.items)
     if isinstance(var, DictVariable):
-        return list(var.items.values())
+        from .variables.ids import TensorKey
+        return [k.var for k in var.items if type(k) is TensorKey] + list(var.items.values())
     if isinstance(var, DictViewVariable):
         return [var.dict_var]
     if isinstance(var, (GetAttrVariable, UserMethodVariable)):

@@ -238,11 +238,11 @@ def _attr_key(obj, name):
 
 
 def _build_contents(cg, var):
-    from .variables.dicts import DictVariable
+    from .variables.dicts import DictVariable, load_key
     is_dict = isinstance(var, DictVariable)
     for k, v in (var.items.items() if is_dict else enumerate(var.items)):
         if is_dict:
-            cg.load_const(k)
+            load_key(cg, k)
         cg(v)
     cg.append_build(dict if is_dict else list, len(var.items))
 

@@ -244,3 +244,45 @@ def test_parameter_assigned_to_a_buffer_name_is_refused():
 
     with pytest.raises(pydynamo.exc.Unsupported):
         pydynamo.optimize("eager", fullgraph=True)(M())(torch.ones(1, 2))
+
+
+def tensor_keyed(x, y):
+    d = {x: 1, y: 2}
+    d[x] = 3
+    z = x + 1
+    d[z] = 4
+    hits = [d[x], d.get(y), d.get(z * 1, -1), x in d, (x * 1) in d, len(d)]
+    total = sum(k * v for k, v in d.items())
+    d.pop(y)
+    return total, hits, list(d.values()), d
+
+
+def test_tensors_as_dict_keys():
+    """torch.Tensor hashes by identity: a dict finds a tensor key only by the same object."""
+    cnt = CompileCounter()
+    f = pydynamo.optimize(cnt, fullgraph=True)(tensor_keyed)
+    x, y = torch.randn(3), torch.randn(3)
+    got, want = f(x, y), tensor_keyed(x, y)
+    assert same(got[:3], want[:3]) and cnt.frame_count == 1
+    assert list(got[3]) [0] is x and same(list(got[3].values()), list(want[3].values()))
+    # one tensor passed twice: one key (the aliasing is guarded: a recompile)
+    got, want = f(x, x), tensor_keyed(x, x)
+    assert same(got[:3], want[:3]) and len(got[3]) == len(want[3]) and cnt.frame_count == 2
+
+
+def test_tensor_key_of_a_view_is_refused():
+    def fn(x):
+        d = {x: 1}
+        return d.get(x.view(-1), 0)
+    with pytest.raises(pydynamo.exc.Unsupported, match="share memory"):
+        pydynamo.optimize("eager", fullgraph=True)(fn)(torch.ones(2))
+
+
+def test_tensor_keys_into_an_input_dict_are_refused():
+    def fn(x, d):
+        d.update({x: 1})
+        return x + 1
+    with pytest.raises(pydynamo.exc.Unsupported, match="keyed by tensors"):
+        pydynamo.optimize("eager", fullgraph=True)(fn)(torch.ones(2), {})
+    d = {}
+    assert same(pydynamo.optimize("eager")(fn)(torch.ones(2), d), torch.full((2,), 2.0)) and len(d) == 1

@@ -23,9 +23,11 @@ def valid_key(value):
 
 
 def _key(tracker):
-    from .ids import IdVariable, dict_key
+    from .ids import IdVariable, ResolvedKeyVariable, dict_key
     if isinstance(tracker, IdVariable):  # resolved by DictVariable.call_method
         return dict_key(tracker)
+    if isinstance(tracker, ResolvedKeyVariable):  # a tensor: resolved by DictVariable.call_method
+        return tracker.key
     if not tracker.is_python_constant():
         raise Unsupported(f"dict key {tracker} is not a constant")
     key = tracker.as_python_constant()
@@ -46,11 +48,22 @@ def key_var(tx, key):
     from . import ids
     if type(key) is ids.IdKey:
         return ids.key_var(key)
+    if type(key) is ids.TensorKey:
+        return key.var
     if is_constant_value(key):
         return ConstantVariable(key)
     from ..source import ConstObjectSource
     from .builder import wrap_value
     return wrap_value(tx, key, ConstObjectSource(key))
+
+
+def load_key(codegen, key):
+    """Push the key a DictVariable holds: a tensor key is the tensor (its tracker), any other
+    a constant."""
+    from .ids import TensorKey
+    if type(key) is TensorKey:
+        return codegen(key.var)
+    codegen.load_const(key)
 
 
 class DictVariable(TypeAttributes, VariableTracker):
@@ -64,9 +77,9 @@ class DictVariable(TypeAttributes, VariableTracker):
         return dict
 
     def as_python_constant(self):
-        from .ids import has_id_keys
-        if has_id_keys(self):
-            raise Unsupported(f"{self} is keyed by id() of objects (not constants)")
+        from .ids import has_id_keys, has_tensor_keys
+        if has_id_keys(self) or has_tensor_keys(self):
+            raise Unsupported(f"{self} is keyed by id() of objects or by tensors (not constants)")
         return {k: v.as_python_constant() for k, v in self.items.items()}
 
     def truth(self, tx):
@@ -180,7 +193,7 @@ class DictVariable(TypeAttributes, VariableTracker):
         if has_id_keys(self):
             raise Unsupported(f"{self}, keyed by id() of objects, cannot be rebuilt at run time")
         for k, v in self.items.items():
-            codegen.load_const(k)
+            load_key(codegen, k)
             codegen(v)
         codegen.append_build(dict, len(self.items))
 

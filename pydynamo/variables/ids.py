@@ -236,9 +236,64 @@ def has_id_keys(dict_var):
     return any(type(k) is IdKey for k in dict_var.items)
 
 
+class TensorKey:
+    """What a DictVariable holds for a tensor key: ``torch.Tensor`` hashes by identity and a
+    dict compares identity first, so a key is found only by the same tensor object
+    (prepare_dict_call resolves a lookup against the tensors already there, by what the trace
+    knows of identity: builtin._same_tensor)."""
+
+    __slots__ = ("var",)
+
+    def __init__(self, var):
+        self.var = var
+
+    def __repr__(self):
+        return f"<tensor key {self.var}>"
+
+
+class ResolvedKeyVariable(VariableTracker):
+    """A tensor argument of a dict method, resolved to the dict's TensorKey (dicts._key)."""
+
+    def __init__(self, key):
+        super().__init__(None)
+        self.key = key
+
+
+def has_tensor_keys(dict_var):
+    return any(type(k) is TensorKey for k in dict_var.items)
+
+
+def _resolve_tensor(tx, dict_var, tensor):
+    from .builtin import _same_tensor
+    for k in dict_var.items:
+        if type(k) is TensorKey and _same_tensor(tx, k.var, tensor):  # (not known: Unsupported)
+            return k
+    return TensorKey(tensor)
+
+
+def _prepare_tensor_keys(tx, dict_var, name, args):
+    """A tensor as the key of a dict method: resolved to the dict's key for that tensor. Merging
+    one tensor-keyed dict into another could hold one tensor twice: refused."""
+    from .tensor import TensorVariable
+    key = args[0] if args else None
+    if name in _KEYED and isinstance(key, TensorVariable):
+        if dict_var.source is not None:
+            raise Unsupported("a tensor as a key of a dict that existed before the frame")
+        return [ResolvedKeyVariable(_resolve_tensor(tx, dict_var, key)), *args[1:]]
+    from .dicts import DictVariable
+    if name not in _KEYED and name not in _WHOLE and (has_tensor_keys(dict_var) or dict_var.source is not None) \
+            and any(isinstance(a, DictVariable) and has_tensor_keys(a) for a in args):
+        raise Unsupported(f"dict.{name} of a dict keyed by tensors into another dict keyed by tensors, "
+                          "or into a dict that existed before the frame")
+    return None
+
+
 def prepare_dict_call(tx, dict_var, name, args):
     """The arguments of ``dict_var.<name>(*args)`` with an ``id()`` key resolved to the dict's
     IdKey for that object (or a new one), or Unsupported where the answer is not known."""
+    resolved = _prepare_tensor_keys(tx, dict_var, name, args)
+    if resolved is not None:
+        return resolved
     key = args[0] if args else None
     with_ids = has_id_keys(dict_var)
     if name in _KEYED and isinstance(key, IdVariable):

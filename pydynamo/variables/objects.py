@@ -290,11 +290,11 @@ class UserDefinedObjectVariable(VariableTracker):
         codegen.store_local(temp)
         codegen._temps[id(self)] = temp  # later references (and cycles) load this one object
         codegen._keep_alive.append(self)
-        from .dicts import DictVariable
+        from .dicts import DictVariable, load_key
         if isinstance(self.base, DictVariable):
             setitem = raw_type_lookup(base, "__setitem__")
             for k, v in self.base.items.items():
-                _emit_call(codegen, setitem, temp, [lambda k=k: codegen.load_const(k), lambda v=v: codegen(v)])
+                _emit_call(codegen, setitem, temp, [lambda k=k: load_key(codegen, k), lambda v=v: codegen(v)])
         elif base is list:
             _emit_call(codegen, list.extend, temp, [lambda: codegen(_as_list(self.base))])
         for name, value in self.slots.items():  # through the member descriptors
