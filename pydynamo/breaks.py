@@ -586,7 +586,8 @@ ENTRIES = [
           (r"\bdict key", r"unhashable", r"^hash\(\) of ", r"set element", r"\bthe contents of ",
            r"iteration order", r": which item comes first", r"as an operand of a set operator",
            r"with elements other than plain constants", r"^dict with a key of type ",
-           r"a set computed from an input set", r"^the entries of ", r"^instance __dict__ key "),
+           r"a set computed from an input set", r"^the entries of ", r"^instance __dict__ key ",
+           r"^a tensor as a key of ", r"keyed by tensors"),
           example="dict key of type Point (it defines its own hash or equality)"),
     Break("PD605", "super() in a form pydynamo does not model",
           "super() is modelled in methods, with the class and instance bound as Python binds "
@@ -617,7 +618,7 @@ ENTRIES = [
            r"^attribute assignment on ", r"which has no source to replay it",
            r"after the trace assigned it on a class", r"nonlocal side effect",
            r"^a closure cell ", r"a set that existed before the frame",
-           r"^mutation of "),
+           r"^mutation of ", r"after the trace reassigned a buffer"),
           example="assignment to global counter of another module"),
     # ---- generic families, tried after the specific ones -------------------------------------
     Break("PD201", "a call to a C or library function pydynamo does not model",

@@ -41,6 +41,7 @@ from .sets import SetVariable, wrap_input_set
 from .deferred import DeferredFunctionVariable, LoggerVariable, is_deferred_function
 from .stdlib import (COLLECTION_TYPES, SPEC_INSTANCE_TYPES, LruCacheVariable, PolyfillVariable, has_polyfill,
                      TypingVariable, is_typing_alias, wrap_collection, wrap_spec_instance, wrap_weakref)
+from .thread_local import is_thread_local, wrap_thread_local
 from .torch import LegacyConstructorVariable, TorchVariable, is_legacy_constructor, is_torch_callable
 from . import ctx
 from .user_defined import PythonModuleVariable, UserDefinedClassVariable, UserDefinedObjectVariable
@@ -255,6 +256,7 @@ _TABLE = [
     (lambda v: isinstance(v, type) and issubclass(v, BaseException), _identity(ExceptionClassVariable)),
     (lambda v: isinstance(v, type), _identity(UserDefinedClassVariable)),
     (lambda v: type(v) is weakref.ReferenceType, wrap_weakref),
+    (is_thread_local, wrap_thread_local),  # threading.local(): per-thread attributes
     (is_typing_alias, _identity(TypingVariable)),
     (is_base_method, _identity(lambda v, src: BuiltinMethodVariable(v, None, src))),
     (_is_container_method, _container_method),

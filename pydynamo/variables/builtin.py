@@ -158,7 +158,6 @@ def check_call_form(fn, handler, args, kwargs):
                           f"{sorted(kwargs)} is not modelled") from None
 
 
-
 def call_builtin(tx, fn, args, kwargs, from_opcode=False):
     """``fn(*args, **kwargs)``; ``from_opcode``: an opcode's own call, whose form is right."""
     if fn in (str, repr) and len(args) == 1 and not kwargs and hasattr(args[0], "as_string"):
@@ -305,6 +304,10 @@ def _make_binary(fn):
             # print `1 += t`)
             op = fn if isinstance(a, TensorVariable) else _INPLACE_OF.get(fn, fn)
             return tx.output.call_graph(tx, "call_function", op, (a, b), {})
+        from .stdlib import typing_compare
+        typed = typing_compare(tx, fn, a, b) if fn in (operator.eq, operator.ne) else None
+        if typed is not None:  # typing aliases: typing's pure __eq__, folded
+            return typed
         user = _user_operator(tx, fn, a, b)
         if user is not None:
             return user

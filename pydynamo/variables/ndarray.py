@@ -360,6 +360,50 @@ def numpy_scalar(tx, cls, args, kwargs):
     raise Unsupported(f"numpy.{cls.__name__} with these arguments")
 
 
+def is_numpy_dtype_class(value):
+    return np is not None and value is np.dtype
+
+
+def _dtype_spec(value):
+    """A ``numpy.dtype`` argument from which NumPy makes the dtype without reading an attribute
+    of the user's (an object with a ``dtype`` attribute would be asked for it): a str, a dtype,
+    one of NumPy's scalar types, a Python number type, None."""
+    return value is None or type(value) is str or isinstance(value, np.dtype) or \
+        any(value is t for t in (bool, int, float, complex)) or \
+        (is_numpy_scalar_type(value) and value.__module__ == "numpy")
+
+
+def numpy_dtype(tx, args, kwargs):
+    """``numpy.dtype(spec[, align[, copy]])`` of constants: folded to the dtype, a constant,
+    where it is one of NumPy's builtin dtypes in native byte order, the very object NumPy
+    shares (immutable; a structured dtype's field names can be assigned, a byte-swapped one has
+    no name a graph's code can give, ``copy=True`` makes a new object each call). NumPy's own
+    error (``data type 'x' not understood``) is raised as Python raises it; a call that warns is
+    refused (it would warn once, at trace time)."""
+    from .exceptions import raise_exception
+    names = ("dtype", "align", "copy")
+    if len(args) > 3 or not args or any(k not in names[len(args):] for k in kwargs) \
+            or not all(a.is_python_constant() for a in [*args, *kwargs.values()]):
+        raise Unsupported("numpy.dtype with these arguments")
+    spec, *flags = [a.as_python_constant() for a in args]
+    flags += [v.as_python_constant() for v in kwargs.values()]
+    if not _dtype_spec(spec) or any(type(f) is not bool for f in flags):
+        raise Unsupported(f"numpy.dtype with these arguments ({spec!r}: NumPy may read attributes of it)")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            value = np.dtype(spec, *[a.as_python_constant() for a in args[1:]],
+                             **{k: v.as_python_constant() for k, v in kwargs.items()})
+        except (TypeError, ValueError) as e:
+            raise_exception(e)
+    if caught:
+        raise Unsupported(f"numpy.dtype gave a warning for {spec!r} ({caught[0].message}): it would "
+                          "warn once, at trace time")
+    if value.isbuiltin != 1 or not value.isnative or value.metadata is not None or np.dtype(value.char) is not value:
+        raise Unsupported(f"numpy.dtype gave a {value!r}, not a builtin dtype in native byte order")
+    return ConstantVariable(value)
+
+
 class _Named:
     def __init__(self, fn, name):
         self.fn, self.__name__ = fn, name

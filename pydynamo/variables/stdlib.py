@@ -569,6 +569,68 @@ def wrap_weakref(tx, value, source):
     return WeakRefVariable(value, source)
 
 
+def new_weakref(tx, args, kwargs):
+    """``weakref.ref(obj)`` called in the trace, of a user object (read from the inputs, or made
+    by the trace): a NewWeakRefVariable. A callback is refused; an object whose class gives its
+    instances no weak reference slot raises TypeError, as Python does."""
+    from .constant import ConstantVariable
+    from .objects import UserDefinedObjectVariable
+    if kwargs or not 1 <= len(args) <= 2:
+        raise Unsupported("weakref.ref() with these arguments")
+    if len(args) == 2 and not (isinstance(args[1], ConstantVariable) and args[1].value is None):
+        raise Unsupported("weakref.ref() with a callback is not modelled")
+    obj = args[0]
+    if not isinstance(obj, UserDefinedObjectVariable):
+        raise Unsupported(f"weakref.ref() of {obj} is not modelled (only of a user object)")
+    cls = obj.python_type()
+    if not cls.__weakrefoffset__:
+        from .exceptions import raise_exception
+        raise_exception(TypeError(f"cannot create weak reference to {cls.__name__!r} object"))
+    return NewWeakRefVariable(obj)
+
+
+class NewWeakRefVariable(VariableTracker):
+    """A ``weakref.ref`` (without callback) the trace made of the user object ``referent``.
+
+    Calling it gives the referent where that is certainly alive at that point (reachable from the
+    frames being traced, or read from the inputs while nothing the frame received has changed:
+    see ids._alive); elsewhere it is refused (CPython frees an object when its last reference
+    goes, and the ref then gives None). Which refs are one object (``weakref.ref(o) is
+    weakref.ref(o)``: CPython shares a plain ref) is not known: refused. Rebuilt at run time as
+    ``weakref.ref(obj)`` for an object read from the inputs; for an object the trace made it is
+    refused (whether that object is alive by then is not known where the code is generated)."""
+
+    def __init__(self, referent):
+        super().__init__(None)
+        self.referent = referent
+
+    def python_type(self):
+        return weakref.ReferenceType
+
+    def truth(self, tx):
+        return True
+
+    def call_function(self, tx, args, kwargs):
+        from .ids import _alive, _reachable
+        if args or kwargs:
+            raise Unsupported("a weakref.ref called with arguments")
+        if not _alive(tx, self.referent, _reachable(tx)):
+            raise Unsupported(f"whether {self.referent}, the referent of a weakref.ref made in the "
+                              "trace, is alive at this point is not known while tracing")
+        return self.referent
+
+    def reconstruct(self, codegen):
+        if self.referent.is_new or self.referent.source is None:
+            raise Unsupported(f"a weakref.ref of {self.referent} made in the trace cannot be rebuilt "
+                              "(whether that object is alive then is not known where the code is made)")
+        codegen.load_function(weakref.ref)
+        codegen(self.referent)
+        codegen.append_call(1)
+
+    def _repr_value(self):
+        return f"weakref.ref({self.referent})"
+
+
 # ---- typing ---------------------------------------------------------------------------------
 
 _TYPING_KINDS = tuple(t for t in (getattr(typing, "_SpecialGenericAlias", None), getattr(typing, "_GenericAlias", None),
@@ -616,3 +678,54 @@ def _typing_value(value):
         from .lists import TupleVariable
         return TupleVariable([_typing_value(v) for v in value])
     return wrap_constant(value)
+
+
+def typing_compare(tx, fn, a, b):
+    """``a == b`` / ``a != b`` where an operand is a typing alias and the other a constant: done at
+    trace time (the aliases are constants: see TypingVariable) where every object the comparison
+    can reach compares and hashes without code of the user's (``_pure_comparison``); refused
+    otherwise. None where no operand is an alias, or the other is not a constant (the operator's
+    usual path answers, or refuses)."""
+    if not any(isinstance(v, TypingVariable) for v in (a, b)) or not all(v.is_python_constant() for v in (a, b)):
+        return None
+    values = [v.as_python_constant() for v in (a, b)]
+    if not all(_pure_comparison(v) for v in values):
+        raise Unsupported(f"comparison of {values[0]!r} and {values[1]!r}: it may run code of the user's "
+                          "(a metaclass's __eq__ or __hash__, an object in Literal or Annotated)")
+    from .builtin import fold
+    return fold(fn, [a, b], exact=True)
+
+
+_TYPE_VARIABLES = tuple(getattr(typing, n) for n in ("TypeVar", "ParamSpec", "TypeVarTuple") if hasattr(typing, n))
+
+
+def _slots_of(cls, owner):
+    """``cls`` compares and hashes with ``owner``'s own methods (none of its own)."""
+    return all(raw_type_lookup(cls, n) is raw_type_lookup(owner, n) for n in ("__eq__", "__ne__", "__hash__"))
+
+
+def _pure_comparison(value, depth=0):
+    """Whether ``==`` and ``hash`` of ``value`` run only typing's own Python (over ``__origin__``,
+    ``__args__``, ``__metadata__``), C code of builtin constants, or identity: a typing alias
+    (typing's own classes, ``list[int]``, ``int | None``) of such values, a class whose metaclass
+    compares and hashes as ``type`` does, a type variable, a forward reference, a builtin scalar,
+    a tuple or list of such values."""
+    if depth > 32:
+        return False
+    if value is None or value is Ellipsis or type(value) in (bool, int, float, str, bytes):
+        return True
+    if type(value) in (tuple, list):
+        return all(_pure_comparison(v, depth + 1) for v in value)
+    if isinstance(value, type):
+        return _slots_of(type(value), type)
+    if type(value) in _TYPE_VARIABLES:
+        return _slots_of(type(value), object)
+    if type(value) is typing.ForwardRef:  # compares its string, module and (evaluated) value
+        return not getattr(value, "__forward_evaluated__", False) or \
+            _pure_comparison(getattr(value, "__forward_value__", None), depth + 1)
+    if is_typing_alias(value) and (type(value).__module__ == "typing"
+                                   or type(value) in (types.GenericAlias, types.UnionType)):
+        parts = [getattr(value, "__origin__", None), *getattr(value, "__args__", ()),
+                 *getattr(value, "__metadata__", ())]
+        return all(_pure_comparison(p, depth + 1) for p in parts)
+    return False

@@ -3,9 +3,10 @@ in objects.py, the attribute protocol they follow in descriptors.py."""
 import enum
 import inspect
 import types
+import weakref
 
 from ..exc import Unsupported
-from ..source import AttrSource, GetItemSource
+from ..source import AttrSource, GetItemSource, Source
 from .base import EntryReadsVariable, ObjectVariable, VariableTracker
 
 _MISSING = object()
@@ -83,6 +84,9 @@ class UserDefinedClassVariable(ObjectVariable):
             from .autograd_function import AutogradFunctionApplyVariable, is_function_class
             if is_function_class(self.value):  # captured in the graph (autograd_function.py)
                 return AutogradFunctionApplyVariable(self)
+        if name == "__subclasses__" and _type_subclasses(tx, self):
+            from .base import GetAttrVariable
+            return GetAttrVariable(self, name)  # called: call_method
         found = inspect.getattr_static(self.value, name, _MISSING)
         if found is _MISSING:
             raise Unsupported(f"class {self.value.__name__} has no attribute {name!r}")
@@ -90,6 +94,11 @@ class UserDefinedClassVariable(ObjectVariable):
             raise Unsupported(f"{self.value.__qualname__}.{name}: a {type(found).__name__} "
                               "read through the class")
         return wrap_value(tx, getattr(self.value, name), self.attr_source(name))
+
+    def call_method(self, tx, name, args, kwargs):
+        if name == "__subclasses__" and _type_subclasses(tx, self):
+            return _subclasses(tx, self, args, kwargs)
+        return super().call_method(tx, name, args, kwargs)
 
     def call_function(self, tx, args, kwargs):
         from .objects import construct
@@ -100,9 +109,14 @@ class UserDefinedClassVariable(ObjectVariable):
             return _make_namedtuple(tx, self, args, kwargs)
         if isinstance(cls, enum.EnumMeta):
             return _enum_call(tx, self, args, kwargs)
-        from .ndarray import is_numpy_scalar_type, numpy_scalar
+        from .ndarray import is_numpy_dtype_class, is_numpy_scalar_type, numpy_dtype, numpy_scalar
         if is_numpy_scalar_type(cls):  # numpy.float32(2.0), numpy.int64(a.sum())
             return numpy_scalar(tx, cls, args, kwargs)
+        if is_numpy_dtype_class(cls):  # numpy.dtype("float32"): a constant
+            return numpy_dtype(tx, args, kwargs)
+        if cls is weakref.ref:
+            from .stdlib import new_weakref
+            return new_weakref(tx, args, kwargs)
         if issubclass(cls, BaseException):
             raise Unsupported(f"creating the exception {cls.__qualname__} while tracing")
         return construct(tx, self, args, kwargs)
@@ -131,6 +145,72 @@ class ClassDictVariable(EntryReadsVariable):
         if item is not None:
             tx.output.guards.NOT_PRESENT(item)
         return None
+
+
+def _type_subclasses(tx, cls_var):
+    """``cls.__subclasses__`` is type's own method bound to ``cls``, guarded so: the metaclass reads
+    class attributes as type does and finds type's method, and no class along ``cls``'s MRO
+    defines the name (it would be found first)."""
+    from .descriptors import MISSING, class_var, type_lookup
+    cls = cls_var.value
+    if not isinstance(cls, type) or cls_var.source is None:
+        return False
+    meta = class_var(type(cls), AttrSource(cls_var.source, "__class__"))
+    return type_lookup(tx, meta, "__getattribute__")[0] is type.__dict__["__getattribute__"] \
+        and type_lookup(tx, meta, "__subclasses__")[0] is type.__dict__["__subclasses__"] \
+        and type_lookup(tx, cls_var, "__subclasses__")[0] is MISSING
+
+
+class SubclassesAre:
+    """A guard: ``type.__subclasses__(value)`` is, in order, these classes (held weakly: a
+    subclass that dies leaves the list, and fails the check)."""
+
+    def __init__(self, classes):
+        self.refs = tuple(weakref.ref(c) for c in classes)
+        self.names = [c.__qualname__ for c in classes]
+
+    def __call__(self, value):
+        if not isinstance(value, type):
+            return False
+        subs = type.__subclasses__(value)
+        return len(subs) == len(self.refs) and all(s is r() for s, r in zip(subs, self.refs))
+
+    def __repr__(self):
+        return f"== [{', '.join(self.names)}]"
+
+
+class SubclassSource(Source):
+    """``type.__subclasses__(owner)[index]``, a class known by the guard on that list (which
+    passes only while the class is alive): read, in guards and in generated code, through a weak
+    reference to it, so that nothing here keeps alive a subclass that Python would collect (and
+    drop from the list)."""
+
+    def __init__(self, owner, index, cls):
+        self.owner, self.index, self.ref = owner, index, weakref.ref(cls)
+
+    def name(self):
+        return f"{self.owner.name()}.__subclasses__()[{self.index}]"
+
+    def steps(self):
+        return (("K", self.ref), ("w", ""))
+
+    def reconstruct(self, codegen):
+        codegen.append_callable(lambda: codegen.load_const(self.ref))
+        codegen.append_call(0)
+
+
+def _subclasses(tx, cls_var, args, kwargs):
+    """``cls.__subclasses__()``: a new list of the live direct subclasses, in their order, guarded
+    to stay those (a subclass defined, or collected, later fails the guard); each class is
+    known by that guard (``SubclassSource``)."""
+    from .builder import wrap_value
+    from .lists import ListVariable
+    if args or kwargs:
+        raise Unsupported("TypeError: __subclasses__() takes no arguments")
+    subs = type.__subclasses__(cls_var.value)
+    check = SubclassesAre(subs)
+    tx.output.guards.PREDICATE(cls_var.source, check, f"{cls_var.source.name()}.__subclasses__() {check!r}")
+    return ListVariable([wrap_value(tx, c, SubclassSource(cls_var.source, i, c)) for i, c in enumerate(subs)])
 
 
 def store_class_attr(tx, cls_var, name, value):
