@@ -594,6 +594,9 @@ def children(var, through_iterators=True):
         return [k.var for k in var.items if type(k) is TensorKey] + list(var.items.values())
     if isinstance(var, DictViewVariable):
         return [var.dict_var]
+    from .variables.sets import SetVariable
+    if isinstance(var, SetVariable):
+        return var.tensors()
     if isinstance(var, (GetAttrVariable, UserMethodVariable)):
         return [var.obj]
     if hasattr(var, "nested_values"):  # user objects (objects.py)

@@ -162,7 +162,7 @@ def test_sets_from_iterators_and_folds():
 
 def test_refused_set_uses():
     def tensor_element(x):
-        return {x}
+        return [t + 1 for t in {x, x * 2}]  # its order follows the tensors' addresses
 
     def mutated_while_iterated(x):
         s = {1, 2}

@@ -10,6 +10,7 @@ import enum
 import functools
 import logging
 import types
+import warnings
 import weakref
 
 import torch
@@ -38,7 +39,8 @@ from .ndarray import NumpyFunctionVariable, is_ndarray, is_numpy_function, wrap_
 from .nn_module import NNModuleVariable
 from .objects import BuiltinMethodVariable, is_base_method
 from .sets import SetVariable, wrap_input_set
-from .deferred import DeferredFunctionVariable, LoggerVariable, is_deferred_function
+from .catch_warnings import reenter as reenter_catch_warnings, FILTER_FUNCTIONS, CatchWarningsFactoryVariable, WarningsFilterVariable
+from .deferred import DeferredFunctionVariable, GetLoggerVariable, LoggerVariable, is_deferred_function
 from .stdlib import (COLLECTION_TYPES, SPEC_INSTANCE_TYPES, LruCacheVariable, PolyfillVariable, has_polyfill,
                      TypingVariable, is_typing_alias, wrap_collection, wrap_spec_instance, wrap_weakref)
 from .thread_local import is_thread_local, wrap_thread_local
@@ -237,6 +239,9 @@ _TABLE = [
     (ctx.is_context_manager_object, ctx.wrap_context_manager),
     (has_polyfill, _identity(PolyfillVariable)),
     (is_deferred_function, _identity(DeferredFunctionVariable)),
+    (lambda v: v is logging.getLogger, _identity(GetLoggerVariable)),
+    (lambda v: v is warnings.catch_warnings or v is reenter_catch_warnings, _identity(CatchWarningsFactoryVariable)),
+    (lambda v: any(v is f for f in FILTER_FUNCTIONS), _identity(WarningsFilterVariable)),
     (lambda v: isinstance(v, functools._lru_cache_wrapper), _identity(LruCacheVariable)),
     (lambda v: isinstance(v, logging.Logger), _identity(LoggerVariable)),
     (lambda v: type(v) in SPEC_INSTANCE_TYPES, wrap_spec_instance),
@@ -340,6 +345,8 @@ def wrap_constant(value):
         return ConstantVariable(value)
     if any(value is c for c in _TORCH_CLASSES):
         return TorchVariable(value)  # the grad-mode classes a resume function's prologue enters
+    if value is reenter_catch_warnings:
+        return CatchWarningsFactoryVariable(value)
     if is_rebuild_function(value):  # what a resume function's prologue calls (rebuild.py)
         return RebuildVariable(value)
     if isinstance(value, type):

@@ -48,6 +48,34 @@ class DeferredFunctionVariable(ObjectVariable):
         return record_call(tx, self, self.value, args, kwargs)
 
 
+class GetLoggerVariable(ObjectVariable):
+    """``logging.getLogger(name)``: answered now with the real logger (creating it, as the call
+    would: loggers live in logging's registry for the whole process), guarded to be what the
+    same call returns at each later call (the registry entry is not replaced)."""
+
+    def call_function(self, tx, args, kwargs):
+        if kwargs or len(args) > 1 or not all(a.is_python_constant() for a in args):
+            raise Unsupported("logging.getLogger() with a name that is not a constant")
+        name = args[0].as_python_constant() if args else None
+        if name is not None and type(name) is not str:
+            raise Unsupported(f"TypeError: A logger name must be a string (got {type(name).__name__})")
+        logger = logging.getLogger(name)
+        tx.output.guards.PREDICATE(None, _GetLoggerIs(name, logger),
+                                   f"logging.getLogger({name!r}) is {logger.name!r}")
+        from ..source import ConstObjectSource
+        return LoggerVariable(logger, ConstObjectSource(logger))
+
+
+class _GetLoggerIs:
+    """A guard: ``logging.getLogger(name)`` still returns ``logger``."""
+
+    def __init__(self, name, logger):
+        self.name, self.logger = name, logger
+
+    def __call__(self):
+        return logging.getLogger(self.name) is self.logger
+
+
 class LoggerVariable(ObjectVariable):
     """A ``logging.Logger`` (guarded by identity): its emitting methods are recorded;
     ``isEnabledFor`` / ``getEffectiveLevel`` are answered now and guarded to stay the same."""
@@ -104,6 +132,11 @@ class _LoggerSays:
 def record_call(tx, fn_var, fn, args, kwargs):
     """Record ``fn(*args, **kwargs)`` (``fn_var`` rebuilds ``fn`` at run time) for replay. The
     call form is checked now: a call that raises must raise here, not after the graph ran."""
+    if fn is warnings.warn:
+        from .catch_warnings import filters_changed_in_block
+        if filters_changed_in_block(tx):
+            raise Unsupported("warnings.warn() in a warnings.catch_warnings() block that changed "
+                              "the filters (the call is replayed after the graph, under the frame's)")
     _check_form(tx, fn, args, kwargs)
     frames = _inlined_frames(tx)
     stacklevel = _stacklevel(fn, args, kwargs)

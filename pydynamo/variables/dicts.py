@@ -19,6 +19,9 @@ def valid_key(value):
     """A key a DictVariable holds: a constant, a tuple of them, or an object hashed by identity."""
     if type(value) is tuple:
         return all(valid_key(v) for v in value)
+    if type(value) is frozenset:  # of constants: hashed and compared as sets.py models them
+        from .sets import _is_element
+        return all(_is_element(v) for v in value)
     return is_constant_value(value) or hashed_by_identity(value)
 
 
@@ -50,6 +53,9 @@ def key_var(tx, key):
         return ids.key_var(key)
     if type(key) is ids.TensorKey:
         return key.var
+    if type(key) is frozenset:
+        from .sets import SetVariable
+        return SetVariable.new(key, ("const", key))
     if is_constant_value(key):
         return ConstantVariable(key)
     from ..source import ConstObjectSource

@@ -10,6 +10,12 @@ which the generated code replays to rebuild the object with the same table. The 
 allowed as elements are those whose hash and equality cannot differ between trace and run time
 (see ``element``): no NaN, no objects with Python-level ``__hash__``/``__eq__``.
 
+Tensors hash by identity: a set holds a ``TensorKey`` for one, the same key for the same tensor
+(resolved by what the trace knows of identity, ``builtin._same_tensor``). Membership, length and
+the set algebra are then exact, but the table's order depends on the run-time addresses: a set
+that ever held a tensor is not iterated, popped or folded while tracing (refused); it is
+rebuilt at run time by its recipe, which loads the real tensors.
+
 A set read from the frame's inputs is guarded on its type and its exact iteration order, but
 the table of the run-time object is unknown: sets computed from it hold a replica whose contents
 are right but whose order may not be (no recipe), so they may be asked for
@@ -38,17 +44,42 @@ _METHODS = _ELEMENT_METHODS | _MUTATING | {
     "symmetric_difference", "union", "__len__"}
 
 
-def element(var):
+def element(var, tx=None):
     """The real value of ``var`` as a set element, or Unsupported. A set as a needle (``{1} in
-    s`` looks up ``frozenset({1})``) passes its replica: CPython converts it itself."""
+    s`` looks up ``frozenset({1})``) passes its replica: CPython converts it itself. A tensor
+    gives its TensorKey (see the module's docstring)."""
     if isinstance(var, SetVariable):
         return var.value
+    from .tensor import TensorVariable
+    if isinstance(var, TensorVariable) and tx is not None:
+        return tensor_key(tx, var)
     if not var.is_python_constant():
         raise Unsupported(f"{var} as a set element (only trace-time constants are supported)")
     value = var.as_python_constant()
     if not _is_element(value):
         raise Unsupported(f"a {type(value).__name__} as a set element is not supported")
     return value
+
+
+def tensor_key(tx, tensor):
+    """The one TensorKey that stands for ``tensor`` in every set of this trace."""
+    from .builtin import _same_tensor
+    from .ids import TensorKey
+    keys = tx.output.__dict__.setdefault("set_tensor_keys", [])
+    for key in keys:
+        if _same_tensor(tx, key.var, tensor):  # (not known: Unsupported)
+            return key
+    keys.append(TensorKey(tensor))
+    return keys[-1]
+
+
+def _node(value, tensors):
+    """The recipe node of an element: the tensor it stands for, or the constant."""
+    from .ids import TensorKey
+    if type(value) is TensorKey:
+        tensors.add(value)
+        return ("var", value.var)
+    return ("const", value)
 
 
 def _is_element(value):
@@ -97,6 +128,7 @@ class SetVariable(TypeAttributes, VariableTracker):
         super().__init__(source)
         self.value, self.recipe = value, recipe
         self.version = 0  # bumped by each mutation: iterators over the set check it
+        self.held_tensors = False  # ever held a TensorKey: its table's order is not known
 
     @staticmethod
     def new(value, origin):
@@ -115,9 +147,13 @@ class SetVariable(TypeAttributes, VariableTracker):
 
     def _ordered(self):
         """Whether iterating the replica gives the run-time order."""
+        if self.held_tensors:
+            return False
         return self.recipe is not None or (self.source is not None and self.version == 0)
 
     def as_python_constant(self):
+        if self.held_tensors:
+            raise Unsupported(f"{self} holds tensors: it is not a constant")
         if self.recipe is not None:
             return self.value
         if self._ordered():  # an input: a copy (folds must not hold the user's object)
@@ -131,6 +167,9 @@ class SetVariable(TypeAttributes, VariableTracker):
 
     def unpack_var_sequence(self, tx):
         from .builder import wrap_constant
+        if self.held_tensors:
+            raise Unsupported(f"iterating over {self}, a set that held tensors (its run-time "
+                              "order follows the tensors' addresses)")
         if not self._ordered():
             raise Unsupported(f"iterating over {self}, a set computed from an input set (its "
                               "run-time iteration order is not known while tracing)")
@@ -155,11 +194,14 @@ class SetVariable(TypeAttributes, VariableTracker):
                 raise Unsupported(f"TypeError: {what}() takes exactly one argument")
             if name == "add" and isinstance(args[0], SetVariable):
                 raise Unsupported("a set or frozenset as a set element")
-            value = element(args[0])
-            operands = [(value, ("const", value))]
+            value = element(args[0], tx)
+            tensors = set()
+            operands = [(value, _node(value, tensors))]
+            if tensors and name == "add":
+                self.held_tensors = True
         else:
             operands = [operand(tx, a) for a in args]
-        if name == "pop" and self.recipe is None:
+        if name == "pop" and (self.recipe is None or self.held_tensors):
             raise Unsupported(f"pop() of {self}: which item comes first is not known while tracing")
         if name in _MUTATING:
             self.mutate(tx)
@@ -175,6 +217,29 @@ class SetVariable(TypeAttributes, VariableTracker):
 
     def _repr_value(self):
         return repr(self.value) + ("" if self.recipe is not None else " (order unknown)")
+
+    def tensors(self):
+        """The tensor trackers the recipe loads (graph outputs where it is rebuilt)."""
+        found = []
+
+        def walk(node):
+            kind = node[0] if isinstance(node, tuple) and node else None
+            if kind == "var":
+                found.append(node[1])
+            elif kind == "seq":
+                for sub in node[1]:
+                    walk(sub)
+            elif kind == "call":
+                for sub in node[2]:
+                    walk(sub)
+            elif kind == "set":
+                walk(node[1])
+                for _fn, ops in node[2][:node[3]]:
+                    for op in ops:
+                        walk(op)
+        if self.recipe is not None and self.held_tensors:
+            walk(("set", self.recipe[0], self.recipe[1], len(self.recipe[1])))
+        return found
 
 
 class SetIteratorVariable(TypeAttributes, VariableTracker):
@@ -230,6 +295,9 @@ def apply(fn, vars, operands, what):
     receiver = vars[0]
     if isinstance(receiver, SetVariable) and type(receiver.value) is set and (
             getattr(fn, "__name__", "") in _MUTATING or (fn in _INPLACE and result is receiver.value)):
+        if any(isinstance(v, SetVariable) and v.held_tensors for v in vars[1:]) or any(
+                _holds_tensor_node(r) for r in recipes[1:]):
+            receiver.held_tensors = True
         if receiver.recipe is not None and known:
             receiver.recipe[1].append((fn, recipes[1:]))
         else:
@@ -238,9 +306,22 @@ def apply(fn, vars, operands, what):
         if result is value and isinstance(var, SetVariable):
             return var
     if type(result) in (set, frozenset):
-        return SetVariable(result, recipe=(("call", fn, recipes), []) if known else None)
+        out = SetVariable(result, recipe=(("call", fn, recipes), []) if known else None)
+        out.held_tensors = any(isinstance(v, SetVariable) and v.held_tensors for v in vars) or any(
+            _holds_tensor_node(r) for r in recipes)
+        return out
     from .builder import wrap_constant
     return wrap_constant(result)
+
+
+def _holds_tensor_node(node):
+    if not isinstance(node, tuple) or not node:
+        return False
+    if node[0] == "var":
+        return True
+    if node[0] == "seq":
+        return any(_holds_tensor_node(n) for n in node[1])
+    return False
 
 
 def _aliases(vars, recipes):
@@ -277,8 +358,10 @@ def operand(tx, var):
         if type(value) is tuple:
             value = tuple(element(ConstantVariable(v)) for v in value)
         return value, ("const", value)
-    value = tuple(element(v) for v in var.unpack_var_sequence(tx))  # (consumes an iterator)
-    return value, ("const", value)
+    value = tuple(element(v, tx) for v in var.unpack_var_sequence(tx))  # (consumes an iterator)
+    tensors = set()
+    nodes = tuple(_node(v, tensors) for v in value)
+    return value, (("seq", nodes) if tensors else ("const", value))
 
 
 def _dict_parts(dict_var, with_values):
@@ -303,6 +386,13 @@ def codegen_recipe(codegen, recipe):
             raise Unsupported("a set with too long a history to rebuild at run time")
         if node[0] == "const":
             return codegen.load_const(node[1])
+        if node[0] == "var":
+            return codegen(node[1])
+        if node[0] == "seq":
+            for sub in node[1]:
+                emit(sub)
+            codegen.append(bu.create_instruction("BUILD_TUPLE", len(node[1])))
+            return None
         if node[0] == "view":  # dict.fromkeys(keys) or dict(zip(keys, values)); .keys()/.items()
             _, view, keys, values = node
             if values is None:
