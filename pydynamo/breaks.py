@@ -203,7 +203,8 @@ ENTRIES = [
           "constants, tensors or classes.",
           "log plain values, or move the call out of the compiled region",
           (r"logging or warnings call", r"^logger\.", r"^logging\.", r"^a logger class",
-           r"\bwarn(ings\.warn)?\(\)", r"stacklevel", r"reads the state of the moment it is called"),
+           r"\bwarn(ings\.warn)?\(\)", r"stacklevel", r"reads the state of the moment it is called",
+           r"^warnings\.catch_warnings\(", r"^warnings\.\w+\(\) outside a warnings\.catch_warnings"),
           example="a set as an argument of a logging or warnings call"),
     Break("PD211", "a functools.lru_cache'd function",
           "A call to an lru_cache'd function may answer from its cache, with a result computed "
@@ -253,9 +254,9 @@ ENTRIES = [
           "move this statement out of the compiled region",
           (r"^opcode \S+ is not supported", r"^CALL_INTRINSIC_1 ", r"^CALL_FUNCTION_EX without NULL",
            r"^SET_FUNCTION_ATTRIBUTE ", r"^CALL_KW with keyword names ",
-           r"^\*\*.* in a call$"),
+           r"^\*\*.* in a call$", r"^LOAD_FROM_DICT_OR_DEREF outside a class body"),
           any_of=("UnsupportedOpcodeError",),
-          example="LOAD_BUILD_CLASS: class definitions inside compiled code"),
+          example="opcode GET_AWAITABLE is not supported: coroutines"),
     Break("PD403", "generators and coroutines",
           "A generator made and used inside the traced code is simulated. One that escapes the "
           "frame (returned, left suspended inside a try or with block, sent values from "
@@ -559,6 +560,23 @@ ENTRIES = [
            r"^a set computed by constant folding", r"not reachable from the frame's inputs"),
           example="a tensor that is not reachable from the frame's inputs (e.g. a constant "
                   "inside a torch module)"),
+    Break("PD612", "a class statement the trace cannot make",
+          "A class statement inside compiled code is traced: its body runs like a function "
+          "with its own namespace, and the class is made for real while tracing, from the "
+          "namespace made real (constants, functions, objects read from the inputs). That is "
+          "sound only where making it runs no code of the user's (a metaclass other than type or "
+          "ABCMeta, a base's __init_subclass__, a value's Python __set_name__) and where the "
+          "class and what it made stay inside the trace: eager execution makes a new class at "
+          "each call, which generated code cannot return.",
+          "define the class at module level, or keep the class and its instances inside the "
+          "compiled region (return tensors computed with them)",
+          (r"class statement", r"^__build_class__ ", r"^a class body returning",
+           r"^class \S+: \w+: ", r"as a class attribute \(only", r"of a method in a class body",
+           r"of a function made in a class body", r"^method \S+: a closure of",
+           r"^dataclasses\.(dataclass|field)", r"^a dataclass decorator with options",
+           r"whose __set_name__ would run while tracing"),
+          example="the class C, made by a class statement in compiled code, outlives the trace "
+                  "(eager execution makes a new one at each call)"),
     Break("PD611", "a value of a type pydynamo does not model",
           "Every value the trace reads (an input, a global, an attribute) is wrapped in a "
           "tracker that models its type and is guarded. Objects of a type with no tracker (a "

@@ -22,6 +22,7 @@ from .variables.functions import (GeneratorVariable, NestedUserFunctionVariable,
                                   UserMethodVariable, next_item)
 from .variables.lists import ListVariable, SliceVariable, TupleVariable
 from .variables.sets import SetVariable
+from .variables.class_statement import BuildClassVariable, ClassNamespaceVariable
 from .variables.objects import UserContextExit, UserDefinedObjectVariable
 from .variables.user_defined import SuperVariable
 
@@ -36,16 +37,8 @@ UNSUPPORTED = {
     "IMPORT_STAR": "import statements inside compiled code",
     "DELETE_GLOBAL": "deleting a global (a side effect)",
     "DELETE_DEREF": "deleting a closure variable",
-    "LOAD_BUILD_CLASS": "class definitions inside compiled code",
-    "SETUP_ANNOTATIONS": "annotations",
     "PRINT_EXPR": "interactive mode",
-    "LOAD_LOCALS": "class bodies",
-    "LOAD_CLASSDEREF": "class bodies",
-    "LOAD_FROM_DICT_OR_DEREF": "class bodies",
     "LOAD_FROM_DICT_OR_GLOBALS": "class bodies",
-    "LOAD_NAME": "module or class bodies",
-    "STORE_NAME": "module or class bodies",
-    "DELETE_NAME": "module or class bodies",
     "CALL_INTRINSIC_2": "generic functions and exception groups",
 }
 
@@ -76,6 +69,10 @@ def store_attr(tx, obj, name, value):
     from .variables.user_defined import UserDefinedClassVariable, store_class_attr
     if type(obj) is UserDefinedClassVariable:
         return store_class_attr(tx, obj, name, value)
+    if isinstance(obj, NestedUserFunctionVariable) and value.is_python_constant() and (
+            not (name.startswith("__") and name.endswith("__")) or name in ("__isabstractmethod__", "__doc__")):
+        obj.attrs[name] = value  # a function made in the trace: it is then not rebuilt at run time
+        return ConstantVariable(None)
     check_attr_store(obj, name, value)
     if obj.source is not None:  # what the store finds in the module (check_attr_store): this one's
         tx.output.guards.ID_MATCH(obj.source, obj.module)
@@ -483,6 +480,51 @@ class OpcodeHandlers:
             raise Unsupported(f"ValueError: not enough values to unpack ({len(items)})")
         rest = ListVariable(items[before:len(items) - after])
         self.stack.extend(reversed([*items[:before], rest, *items[len(items) - after:]]))
+
+    # ---- class bodies (class_statement.py) ----------------------------------------------------
+
+    def LOAD_BUILD_CLASS(self, inst):
+        self.push(BuildClassVariable())
+
+    def _namespace(self, what):
+        if getattr(self, "namespace", None) is None:
+            raise UnsupportedOpcodeError(f"{what}: module bodies")
+        return self.namespace
+
+    def LOAD_NAME(self, inst):
+        ns = self._namespace("LOAD_NAME")
+        name = inst.arg
+        self.push(ns[name] if name in ns else self.load_global(name))
+
+    def STORE_NAME(self, inst):
+        self._namespace("STORE_NAME")[inst.arg] = self.pop()
+
+    def DELETE_NAME(self, inst):
+        ns = self._namespace("DELETE_NAME")
+        if inst.arg not in ns:
+            raise Unsupported(f"NameError: name {inst.arg!r} is not defined")
+        del ns[inst.arg]
+
+    def SETUP_ANNOTATIONS(self, inst):
+        ns = self._namespace("SETUP_ANNOTATIONS")
+        if "__annotations__" not in ns:
+            ns["__annotations__"] = DictVariable({})
+
+    def LOAD_CLASSDEREF(self, inst):
+        """3.11: a free variable of a class body: the namespace first, then the cell."""
+        ns, name = self._namespace("LOAD_CLASSDEREF"), bu.var_name(inst.arg)
+        self.push(ns[name] if name in ns else self.cells[name].read(self))
+
+    def LOAD_LOCALS(self, inst):
+        self.push(ClassNamespaceVariable(self._namespace("LOAD_LOCALS")))
+
+    def LOAD_FROM_DICT_OR_DEREF(self, inst):
+        """3.12+: a free variable of a class body, the namespace (LOAD_LOCALS) given."""
+        mapping, name = self.pop(), bu.var_name(inst.arg)
+        if not isinstance(mapping, ClassNamespaceVariable):
+            raise Unsupported("LOAD_FROM_DICT_OR_DEREF outside a class body")
+        ns = mapping.namespace
+        self.push(ns[name] if name in ns else self.cells[name].read(self))
 
     # ---- functions and calls ------------------------------------------------------------------
 

@@ -170,7 +170,7 @@ class TranslatorBase(OpcodeHandlers):
     def call_function(self, fn, args, kwargs):
         return fn.call_function(self, list(args), dict(kwargs))
 
-    def inline_call(self, code, f_globals, globals_source, bound, cells, name):
+    def inline_call(self, code, f_globals, globals_source, bound, cells, name, namespace=None):
         if self.depth + 1 > config.inline_depth_limit:
             raise Unsupported(f"inlining deeper than {config.inline_depth_limit} calls "
                               f"(recursion in {name}?)")
@@ -179,6 +179,7 @@ class TranslatorBase(OpcodeHandlers):
             builtins = builtins.__dict__
         transparent, self.transparent_call = self.transparent_call, False
         tx = InliningTranslator(self, code, f_globals, builtins, globals_source, bound, cells)
+        tx.namespace = namespace  # a class body's (class_statement.py)
         if bu.is_plain_generator(code):
             from .variables.functions import GeneratorVariable
             self.output.generators.append(tx)

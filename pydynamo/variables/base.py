@@ -9,7 +9,13 @@ replayed by the new bytecode.
 ``source`` says where the value came from; it is set only for values read from the frame's
 inputs, and is what guards and reconstruction use.
 """
+import weakref
+
 from ..exc import Unsupported
+
+# real classes and functions made while tracing (class statements, class_statement.py): values
+# of that trace only, never loaded as constants by generated code
+MADE_IN_TRACE = weakref.WeakSet()
 
 
 # the top frame's step counter when a tracker is made (set by the InstructionTranslator): a
@@ -120,6 +126,13 @@ class ObjectVariable(VariableTracker):
     def reconstruct(self, codegen):
         if self.source is not None:
             return self.source.reconstruct(codegen)
+        try:
+            made = self.value in MADE_IN_TRACE
+        except TypeError:  # unhashable
+            made = False
+        if made:
+            raise Unsupported(f"{self}, made by a class statement in compiled code, outlives the "
+                              "trace (eager execution makes a new one at each call)")
         codegen.load_const(self.value)
 
 

@@ -6,6 +6,7 @@ the value makes the tracker and installs the row's guards on ``source``. With ``
 such values must be immutable or trusted. ``wrap_constant`` wraps results of constant folding.
 """
 import collections
+import dataclasses
 import enum
 import functools
 import logging
@@ -39,6 +40,7 @@ from .ndarray import NumpyFunctionVariable, is_ndarray, is_numpy_function, wrap_
 from .nn_module import NNModuleVariable
 from .objects import BuiltinMethodVariable, is_base_method
 from .sets import SetVariable, wrap_input_set
+from .class_statement import DataclassVariable, FieldVariable, MadeClassVariable
 from .catch_warnings import reenter as reenter_catch_warnings, FILTER_FUNCTIONS, CatchWarningsFactoryVariable, WarningsFilterVariable
 from .deferred import DeferredFunctionVariable, GetLoggerVariable, LoggerVariable, is_deferred_function
 from .stdlib import (COLLECTION_TYPES, SPEC_INSTANCE_TYPES, LruCacheVariable, PolyfillVariable, has_polyfill,
@@ -147,6 +149,14 @@ def _equal_constant(make):
     return wrap
 
 
+def _class(tx, value, source):
+    from .base import MADE_IN_TRACE
+    if value in MADE_IN_TRACE:  # a class statement's, reached again (a cell, type(obj))
+        return MadeClassVariable(value)
+    _guard(tx, source, "ID_MATCH", value)
+    return UserDefinedClassVariable(value, source)
+
+
 def _identity(make):
     def wrap(tx, value, source):
         _guard(tx, source, "ID_MATCH", value)
@@ -240,6 +250,8 @@ _TABLE = [
     (has_polyfill, _identity(PolyfillVariable)),
     (is_deferred_function, _identity(DeferredFunctionVariable)),
     (lambda v: v is logging.getLogger, _identity(GetLoggerVariable)),
+    (lambda v: v is dataclasses.dataclass, _identity(DataclassVariable)),
+    (lambda v: v is dataclasses.field, _identity(FieldVariable)),
     (lambda v: v is warnings.catch_warnings or v is reenter_catch_warnings, _identity(CatchWarningsFactoryVariable)),
     (lambda v: any(v is f for f in FILTER_FUNCTIONS), _identity(WarningsFilterVariable)),
     (lambda v: isinstance(v, functools._lru_cache_wrapper), _identity(LruCacheVariable)),
@@ -259,7 +271,7 @@ _TABLE = [
      _tensor_method),
     (lambda v: isinstance(v, types.ModuleType), _identity(PythonModuleVariable)),
     (lambda v: isinstance(v, type) and issubclass(v, BaseException), _identity(ExceptionClassVariable)),
-    (lambda v: isinstance(v, type), _identity(UserDefinedClassVariable)),
+    (lambda v: isinstance(v, type), _class),
     (lambda v: type(v) is weakref.ReferenceType, wrap_weakref),
     (is_thread_local, wrap_thread_local),  # threading.local(): per-thread attributes
     (is_typing_alias, _identity(TypingVariable)),

@@ -431,6 +431,15 @@ def is_same_object(tx, a, b):
     from .dicts import DictVariable
     from .user_defined import UserDefinedObjectVariable
     mutable = (ListVariable, DictVariable, UserDefinedObjectVariable)
+    pre = [isinstance(v, UserDefinedObjectVariable) and not v.is_new for v in (a, b)]
+    if all(pre) and (a.source is None or b.source is None):
+        # a real object reached without a source is a fixed one (a default or a cell of a
+        # function the trace made or reached without a source): identity is that of the objects,
+        # pinned where one was read from an input
+        for v in (a, b):
+            if v.source is not None:
+                tx.output.guards.ID_MATCH(v.source, v.value)
+        return a.value is b.value
     if isinstance(a, mutable) or isinstance(b, mutable):
         # one object is one tracker (builder.wrap_value); an object made in the trace is none of
         # the inputs. Between inputs, the answer holds while their aliasing does: guarded.

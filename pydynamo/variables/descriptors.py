@@ -18,6 +18,7 @@ import types
 
 from ..exc import ExceptionRaised, Unsupported
 from ..source import AttrSource, TypeLookupSource, type_lookup as raw_type_lookup
+from .base import MADE_IN_TRACE
 from .constant import ConstantVariable
 
 _tuplegetter = type(__import__("collections").namedtuple("_T", "a").a)
@@ -48,11 +49,31 @@ def mutable_mro(cls):
     return not all(c.__flags__ & _IMMUTABLETYPE for c in cls.__mro__)
 
 
+def guarded_mro_lookup(tx, mro, name):
+    """``name`` looked up along ``mro``, a class statement's class's (or the part of it after a
+    ``super()``'s class), which has no source: the classes made in the trace are the trace's
+    own; each other mutable class passed or found is guarded by itself (ConstObjectSource)."""
+    from ..source import ConstObjectSource, GetItemSource
+    for klass in mro:
+        own = klass.__dict__
+        if klass not in MADE_IN_TRACE and not klass.__flags__ & _IMMUTABLETYPE:
+            src = GetItemSource(AttrSource(ConstObjectSource(klass), "__dict__"), name)
+            if name in own:
+                tx.output.guards.ID_MATCH(src, own[name])
+            else:
+                tx.output.guards.NOT_PRESENT(src)
+        if name in own:
+            return own[name]
+    return MISSING
+
+
 def type_lookup(tx, cls_var, name):
     """``_PyType_Lookup(cls, name)``, guarded: (the raw attribute or MISSING, its source)."""
     cls = cls_var.value
     from .user_defined import refuse_stale_class_read
     refuse_stale_class_read(tx, cls, name)
+    if cls_var.source is None and cls in MADE_IN_TRACE:
+        return guarded_mro_lookup(tx, cls.__mro__, name), None
     attr = raw_type_lookup(cls, name, MISSING)
     src = TypeLookupSource(cls_var.source, name) if cls_var.source is not None else None
     if src is not None and mutable_mro(cls):

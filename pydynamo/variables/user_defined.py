@@ -7,7 +7,7 @@ import weakref
 
 from ..exc import Unsupported
 from ..source import AttrSource, GetItemSource, Source
-from .base import EntryReadsVariable, ObjectVariable, VariableTracker
+from .base import MADE_IN_TRACE, EntryReadsVariable, ObjectVariable, VariableTracker
 
 _MISSING = object()
 
@@ -114,6 +114,11 @@ class UserDefinedClassVariable(ObjectVariable):
             return numpy_scalar(tx, cls, args, kwargs)
         if is_numpy_dtype_class(cls):  # numpy.dtype("float32"): a constant
             return numpy_dtype(tx, args, kwargs)
+        if cls in (staticmethod, classmethod, property):
+            from .class_statement import wrap_descriptor
+            made = wrap_descriptor(tx, cls, args, kwargs)  # in a class body
+            if made is not None:
+                return made
         if cls is weakref.ref:
             from .stdlib import new_weakref
             return new_weakref(tx, args, kwargs)
@@ -336,6 +341,12 @@ class SuperVariable(VariableTracker):
         if cls not in mro:
             raise Unsupported(f"super({cls.__name__}, obj): obj is not an instance of {cls.__name__}")
         start_src = obj.source if is_class else _class_source(obj)
+        if start_src is None and start in MADE_IN_TRACE:  # a class statement's class
+            from .descriptors import MISSING, guarded_mro_lookup
+            attr = guarded_mro_lookup(tx, mro[mro.index(cls) + 1:], name)
+            if attr is MISSING:
+                raise attribute_error(f"'super' object has no attribute {name!r}")
+            return self._bind(tx, name, attr, None, is_class)
         for i in range(mro.index(cls) + 1, len(mro)):
             klass = mro[i]
             src = None

@@ -45,3 +45,31 @@ def fam_rawdicts(rng, s, place):
     s.mut("$p['out']['a'] = 5", "$p['out'].move_to_end('a')", "collections.OrderedDict.__setitem__($p['out'], 'z', 4)",
           "dict.__setitem__($p['acts'], 'sq', 7)", "$p['acts']['sh'] = (1, 1)", "del $p['acts']['sq']",
           "$p['out'] = Out$i(b=1)", "Inst$i.__getitem__ = lambda self, k: (lambda t: t - 1)")
+
+
+BREADTH3_SRC = '''class B3_$i:
+    k = 2
+
+    def g(self):
+        return 3
+'''
+
+
+def fam_breadth3(rng, s, place):
+    """Sets of tensors, frozenset keys, logging.getLogger, catch_warnings blocks and class
+    statements (with bases read from the globals, whose attributes change between calls)."""
+    s.setup = BREADTH3_SRC.replace("$i", str(s.uid))
+    s.var = place("{'fs': {frozenset({'a'}): 2.0, frozenset({1, 2}): 3}, 'lg': 'fuzz.b3_$i'}".replace("$i", str(s.uid)))
+    pick(rng, s, [
+        "s$i = {x, x + 1}\ns$i.add(x)\nout.append(len(s$i))\nout.append(x in s$i)\nout.append(len(s$i - {x}))",
+        "out.append(x * $v['fs'].get(frozenset({'a'}), n))\nout.append(len([k for k in $v['fs']]))",
+        "lg$i = logging.getLogger($v['lg'])\nif lg$i.isEnabledFor(logging.DEBUG):\n    out.append(x + 100)\n"
+        "out.append(x * 2)",
+        "with warnings.catch_warnings():\n    warnings.simplefilter('ignore')\n    out.append(x + n)",
+        "class C$i(B3_$i):\n    def f(self, t):\n        return t * self.k * self.g() + n\nout.append(C$i().f(x))",
+        "@dataclasses.dataclass\nclass D$i:\n    a: object\n    b: int = 2\n"
+        "out.append(D$i(x).a * D$i(x, b=n).b)",
+    ], k=(1, 2))
+    s.mut("$p['fs'][frozenset({'a'})] = 7", "$p['fs'] = {frozenset(): 1}",
+          "logging.getLogger($p['lg']).setLevel(logging.DEBUG)", "$p['lg'] = 'fuzz.other'",
+          "B3_$i.k = 5", "B3_$i.g = lambda self: -1")
