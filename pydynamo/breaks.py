@@ -574,7 +574,7 @@ ENTRIES = [
            r"^class \S+: \w+: ", r"as a class attribute \(only", r"of a method in a class body",
            r"of a function made in a class body", r"^method \S+: a closure of",
            r"^dataclasses\.(dataclass|field)", r"^a dataclass decorator with options",
-           r"whose __set_name__ would run while tracing"),
+           r"whose __set_name__ would run while tracing", r"changed by the trace, as a class attribute"),
           example="the class C, made by a class statement in compiled code, outlives the trace "
                   "(eager execution makes a new one at each call)"),
     Break("PD611", "a value of a type pydynamo does not model",
