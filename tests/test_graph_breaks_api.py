@@ -259,13 +259,16 @@ def test_fullgraph_print_disabled_unmodelled_and_opcode_messages():
     assert isinstance(err, UnmodelledCallError)
     assert str(err).startswith("call to time.time, a C or library function pydynamo does not model")
 
-    def class_def(x):
-        class Local:
-            pass
-        return x * 2
-    err = _fullgraph_error(class_def, torch.randn(2))
+    def del_closure(x):
+        y = x * 2
+
+        def read():
+            return y
+        del y
+        return x
+    err = _fullgraph_error(del_closure, torch.randn(2))
     assert isinstance(err, UnsupportedOpcodeError)
-    assert str(err).startswith("LOAD_BUILD_CLASS: class definitions inside compiled code\n")
+    assert str(err).startswith("DELETE_DEREF: deleting a closure variable\n")
 
 
 def test_nopython_is_fullgraph():
