@@ -47,12 +47,20 @@ int pyd_parse_steps(PyObject *steps, Check *c)
         else if (!is_root && k[0] == 'g' && k[1] == 0) st->kind = STEP_GENERIC_ATTR;
         else if (!is_root && k[0] == 'w' && k[1] == 0) st->kind = STEP_WEAKREF;
         else if (!is_root && k[0] == 'd' && k[1] == 0) st->kind = STEP_DICT_ITEM;
+        else if (!is_root && k[0] == 'D' && k[1] == 0) {
+            if (!PyWeakref_CheckRefExact(arg)) {
+                PyErr_Format(PyExc_TypeError, "GuardSet.add: step %R needs a weakref.ref", s);
+                return -1;
+            }
+            st->kind = STEP_DICT_WEAKKEY;
+        }
         else {
-            PyErr_Format(PyExc_ValueError, "GuardSet.add: bad %s step %R (roots: L, G, B, C, K; then a, i, t, g, w, d)",
+            PyErr_Format(PyExc_ValueError, "GuardSet.add: bad %s step %R (roots: L, G, B, C, K; then a, i, t, g, w, d, D)",
                          is_root ? "root" : "chain", s);
             return -1;
         }
-        if (st->kind != STEP_ITEM && st->kind != STEP_DICT_ITEM && st->kind != ROOT_CONST && !PyUnicode_Check(arg)) {
+        if (st->kind != STEP_ITEM && st->kind != STEP_DICT_ITEM && st->kind != STEP_DICT_WEAKKEY &&
+            st->kind != ROOT_CONST && !PyUnicode_Check(arg)) {
             PyErr_Format(PyExc_TypeError, "GuardSet.add: step %R needs a str name", s);
             return -1;
         }
@@ -178,7 +186,7 @@ static int same_step(const Step *a, const Step *b)
 {
     if (a->kind != b->kind) return 0;
     if (a->kind == ROOT_LOCAL || a->kind == ROOT_CLOSURE) return a->index == b->index;
-    if (a->kind == ROOT_CONST) return a->name == b->name;
+    if (a->kind == ROOT_CONST || a->kind == STEP_DICT_WEAKKEY) return a->name == b->name;
     if (Py_TYPE(a->name) != Py_TYPE(b->name)) return 0;
     int r = PyObject_RichCompareBool(a->name, b->name, Py_EQ);
     if (r < 0) PyErr_Clear();

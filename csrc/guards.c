@@ -166,6 +166,20 @@ static PyObject *read_step(const Step *step, PyObject *parent, const PydGuardCtx
         if (!PyDict_Check(parent)) return NULL;
         v = PyDict_GetItemWithError(parent, step->name);
         break;
+    case STEP_DICT_WEAKKEY: { /* dict's own entry for a key held weakly (a tensor) */
+        if (!PyDict_Check(parent)) return NULL;
+        PyObject *key;
+#if PY_VERSION_HEX >= 0x030D0000
+        if (PyWeakref_GetRef(step->name, &key) <= 0) return NULL;
+#else
+        key = PyWeakref_GetObject(step->name);
+        if (key == Py_None) return NULL;
+        Py_INCREF(key);
+#endif
+        v = PyDict_GetItemWithError(parent, key);
+        Py_DECREF(key);
+        break;
+    }
     case STEP_ITEM:
         if (PyDict_CheckExact(parent)) {
             v = PyDict_GetItemWithError(parent, step->name);

@@ -17,10 +17,13 @@
  * __getattribute__ of v's class (how such a class reads its own __dict__).
  * STEP_DICT_ITEM ("d", key): the raw entry of a dict or dict subclass instance (dict's own lookup:
  * a subclass's __getitem__ or __missing__ never runs); absent: the read fails.
+ * STEP_DICT_WEAKKEY ("D", weakref.ref(key)): the raw entry of a dict for the referent of the weak
+ * reference (a tensor key: the guard must not keep it alive); dead or absent: the read fails. Steps
+ * of this kind are the same step only for the same weakref object.
  * ROOT_CONST ("K", obj): the object itself, held by the check (a class found as a dict's key, whose
  * identity another check pinned); what hangs below it guards the object's current state. */
 enum { ROOT_LOCAL, ROOT_GLOBAL, ROOT_BUILTIN, ROOT_CLOSURE, ROOT_CONST, STEP_ATTR, STEP_ITEM, STEP_METHOD_FUNC,
-       STEP_TYPE_LOOKUP, STEP_GENERIC_ATTR, STEP_WEAKREF, STEP_DICT_ITEM };
+       STEP_TYPE_LOOKUP, STEP_GENERIC_ATTR, STEP_WEAKREF, STEP_DICT_ITEM, STEP_DICT_WEAKKEY };
 enum { TYPE_MATCH, ID_MATCH, EQUALS_MATCH, TENSOR_MATCH, DICT_KEYS, LEN, PREDICATE, NOT_PRESENT, ALIASING,
        SHAPE_ENV, EMPTY_ATTRS };
 static const char *const KIND_NAMES[] = {"TYPE_MATCH", "ID_MATCH",  "EQUALS_MATCH", "TENSOR_MATCH", "DICT_KEYS",

@@ -437,6 +437,11 @@ def _read(steps, frame):
             v = v()
         elif op == "d":
             v = _raw_entry(v, arg)
+        elif op == "D":  # the entry for a key held by a weak reference
+            key = arg()
+            if key is None:
+                raise KeyError("dead key")
+            v = _raw_entry(v, key)
         else:  # "t": as the class's MRO stores it
             v = next(c.__dict__[arg] for c in v.__mro__ if arg in c.__dict__)
     return v

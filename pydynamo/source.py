@@ -170,6 +170,29 @@ class DictItemSource(Source):
         codegen.append_call(2)
 
 
+class TensorKeyItemSource(Source):
+    """``dict.__getitem__(base, key)`` for a tensor key (an optimizer's ``state[param]``): guards
+    read the entry in one C step that holds the key by a weak reference (``("D", ref)``: dead or
+    absent, the read fails), so the guard keeps no parameter alive; generated code loads the key
+    from ``key_source`` (where the trace found that tensor, pinned to it by a guard)."""
+
+    def __init__(self, base, ref, key_source):
+        assert isinstance(base, Source)
+        self.base, self.ref, self.key_source = base, ref, key_source
+
+    def name(self):
+        return f"dict.__getitem__({self.base.name()}, {self.key_source.name()})"
+
+    def steps(self):
+        return self.base.steps() + (("D", self.ref),)
+
+    def reconstruct(self, codegen):
+        codegen.load_function(dict.__getitem__)
+        codegen.source(self.base)
+        codegen.source(self.key_source)
+        codegen.append_call(2)
+
+
 class GenericAttrSource(Source):
     """``object.__getattribute__(base, member)``: how a class with its own ``__getattribute__``
     reads its instances' ``__dict__`` and ``__class__`` (reading them through that

@@ -9,6 +9,7 @@ Graph breaks happen only in the top frame. A break inside an inlined call breaks
 at its call instruction: that call then runs natively, and the hook compiles the callee's frame
 on its own (with its own breaks), like any frame.
 """
+import collections
 import types
 
 import torch
@@ -156,7 +157,10 @@ class TranslatorBase(OpcodeHandlers):
             if stored is not None:
                 return stored
         if name in self.f_globals:
-            return wrap_value(self, self.f_globals[name], gsrc(name) if gsrc else None)
+            value = self.f_globals[name]
+            if gsrc is None:  # torch's own code: a mutable global (a hook table) is still guarded
+                return wrap_value(self, value, trusted_container_source(self.f_globals, name, value))
+            return wrap_value(self, value, gsrc(name))
         if name not in self.f_builtins:
             raise Unsupported(f"NameError: name {name!r} is not defined")
         if gsrc is not None:
@@ -195,6 +199,20 @@ class TranslatorBase(OpcodeHandlers):
 
     def yield_value(self, value):
         raise Unsupported("yield in a frame that is not an inlined generator")
+
+
+def trusted_container_source(f_globals, name, value):
+    """Where torch's code reads a container global (``_global_optimizer_pre_hooks``): the
+    module's attribute, the module held by identity, so what the trace reads of it is guarded
+    (torch's functions are trusted not to be patched; the registries they read change)."""
+    import sys
+    if type(value) not in (dict, list, set, collections.OrderedDict, collections.defaultdict):
+        return None
+    module = sys.modules.get(f_globals.get("__name__"))
+    if module is None or vars(module) is not f_globals:
+        return None
+    from .source import AttrSource, ConstObjectSource
+    return AttrSource(ConstObjectSource(module), name)
 
 
 class RestartAnalysis(Exception):

@@ -112,6 +112,11 @@ def _read(steps, args, f_globals, f_builtins, closure):
             if not isinstance(value, dict) or not dict.__contains__(value, arg):
                 raise KeyError(arg)
             value = dict.get(value, arg)
+        elif kind == "D":  # dict's own entry for the referent of a weakref key
+            key = arg()
+            if key is None or not isinstance(value, dict) or not dict.__contains__(value, key):
+                raise KeyError(arg)
+            value = dict.get(value, key)
         elif kind == "w":
             value = value()
         else:

@@ -29,7 +29,7 @@ from ..api import substitute_of
 from .func_transforms import FuncTransformVariable, is_func_transform
 from .flex_attention import FlexAttentionVariable, is_flex_attention
 from .constant import ConstantVariable, is_constant_value
-from .dicts import DictVariable
+from .dicts import DictVariable, is_keyed_input, wrap_keyed_input
 from .distributed import is_distributed_value, wrap_distributed
 from .exceptions import ExceptionClassVariable
 from .functions import UserFunctionVariable, UserMethodVariable
@@ -235,6 +235,7 @@ _TABLE = [
     (lambda v: type(v) is torch.Size, _size),
     (lambda v: type(v) is tuple and equals_supported(v), _constant_tuple),
     (_is_plain_tuple, _sequence),
+    (is_keyed_input, wrap_keyed_input),  # an optimizer's state, a defaultdict (dicts.py)
     (lambda v: type(v) is dict, _dict),
     (lambda v: type(v) in (set, frozenset), wrap_input_set),
     (lambda v: type(v) in COLLECTION_TYPES, wrap_collection),

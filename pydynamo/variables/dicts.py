@@ -368,3 +368,65 @@ class DefaultDictVariable(DictVariable):
         codegen(self.default_factory)
         super().reconstruct(codegen)
         codegen.append_call(2)
+
+
+# ---- inputs keyed by tensors, and defaultdict inputs -------------------------------------------
+
+class TensorKeysAre:
+    """A guard: the value is a ``cls`` whose keys are, in order, the tensors ``refs`` refer to
+    (the very objects: held by weak references, so the guard keeps no parameter alive)."""
+
+    def __init__(self, cls, refs):
+        self.cls, self.refs = cls, tuple(refs)
+
+    def __call__(self, value):
+        return type(value) is self.cls and dict.__len__(value) == len(self.refs) and all(
+            k is r() for k, r in zip(dict.__iter__(value), self.refs))
+
+    def __repr__(self):
+        return f"is a {self.cls.__name__} keyed by the {len(self.refs)} tensors traced"
+
+
+def is_keyed_input(value):
+    """A dict or defaultdict (exactly) keyed only by tensors (an optimizer's ``state``), or a
+    defaultdict keyed by constants."""
+    import torch
+    if type(value) not in (dict, collections.defaultdict):
+        return False
+    if type(value) is collections.defaultdict and all(valid_key(k) for k in value):
+        return True
+    return len(value) > 0 and all(type(k) in (torch.Tensor, torch.nn.Parameter) for k in value)
+
+
+def wrap_keyed_input(tx, value, source):
+    """The tracker of ``value`` (see is_keyed_input) read from ``source``: its type and keys in
+    order are guarded (tensors by identity), each entry is read raw (dict's own lookup: no
+    ``__missing__`` in a guard); a tensor key is a graph input of its own, found again at run
+    time through its weak reference, and the same object as the tensor the trace reaches by
+    another path where it is (ids._resolve_tensor: one aliasing guard per lookup)."""
+    import weakref
+    from ..source import AttrSource, ConstObjectSource, DictItemSource, TensorKeyItemSource, WeakrefSource
+    from .builder import wrap_value
+    from .ids import TensorKey
+    from .stdlib import KeysAre
+    if source is None:
+        raise Unsupported(f"a {type(value).__name__} keyed by tensors that is not reachable from the frame's inputs")
+    items = {}
+    if all(valid_key(k) for k in value):
+        check = KeysAre(type(value), value, raw=dict)
+        tx.output.guards.PREDICATE(source, check, f"{source.name()} {check!r}")
+        for k in value:
+            items[k] = wrap_value(tx, dict.__getitem__(value, k), DictItemSource(source, k))
+    else:
+        refs = [weakref.ref(k) for k in value]
+        check = TensorKeysAre(type(value), refs)
+        tx.output.guards.PREDICATE(source, check, f"{source.name()} {check!r}")
+        for k, ref in zip(value, refs):
+            key_src = WeakrefSource(ConstObjectSource(ref))
+            key = TensorKey(wrap_value(tx, k, key_src))
+            key.from_input = True
+            items[key] = wrap_value(tx, dict.__getitem__(value, k), TensorKeyItemSource(source, ref, key_src))
+    if type(value) is dict:
+        return DictVariable(items, source)
+    factory = wrap_value(tx, value.default_factory, AttrSource(source, "default_factory"))
+    return DefaultDictVariable(items, factory, source)

@@ -175,11 +175,17 @@ class UserFunctionVariable(ObjectVariable):
             raise Unsupported(f"call of coroutine or async generator {fn.__qualname__}")
         bound = bind_args(code, args, kwargs, lambda i: self._default(tx, i),
                           lambda n: self._kwdefault(tx, n))
+        fn_source = self.source
+        if fn_source is None and fn.__globals__ is not tx.root_globals() and not is_trusted_globals(fn.__globals__):
+            # reached without a source (from torch's globals: typing.cast): that very function,
+            # held by identity, so its globals and cells are guarded where read
+            from ..source import ConstObjectSource
+            fn_source = ConstObjectSource(fn)
         cells = {}
         for i, name in enumerate(code.co_freevars):
-            src = cell_contents_source(self.source, i) if self.source is not None else None
+            src = cell_contents_source(fn_source, i) if fn_source is not None else None
             cells[name] = closure_cell(tx, fn.__closure__[i], src)
-        gsrc = globals_source_fn(tx, fn.__globals__, self.source)
+        gsrc = globals_source_fn(tx, fn.__globals__, fn_source)
         return tx.inline_call(code, fn.__globals__, gsrc, bound, cells, fn.__qualname__)
 
     def _repr_value(self):

@@ -92,10 +92,11 @@ class IdKey:
     """What a DictVariable holds for the key ``id(var.obj)``: hashed and compared by identity
     (prepare_dict_call finds the key of the same object before the dict's model runs)."""
 
-    __slots__ = ("var",)
+    __slots__ = ("var", "from_input")
 
     def __init__(self, var):
         self.var = var
+        self.from_input = False  # a key of a dict read from the inputs (dicts.wrap_keyed_input)
 
     def __repr__(self):
         return f"id({self.var.obj})"
@@ -242,10 +243,11 @@ class TensorKey:
     (prepare_dict_call resolves a lookup against the tensors already there, by what the trace
     knows of identity: builtin._same_tensor)."""
 
-    __slots__ = ("var",)
+    __slots__ = ("var", "from_input")
 
     def __init__(self, var):
         self.var = var
+        self.from_input = False  # a key of a dict read from the inputs (dicts.wrap_keyed_input)
 
     def __repr__(self):
         return f"<tensor key {self.var}>"
@@ -265,9 +267,39 @@ def has_tensor_keys(dict_var):
 
 def _resolve_tensor(tx, dict_var, tensor):
     from .builtin import _same_tensor
+    keys = [k for k in dict_var.items if type(k) is TensorKey]
+    found = _resolve_input_key(tx, keys, tensor)
+    if found is not None:
+        return found
     for k in dict_var.items:
         if type(k) is TensorKey and _same_tensor(tx, k.var, tensor):  # (not known: Unsupported)
             return k
+    return TensorKey(tensor)
+
+
+def _resolve_input_key(tx, keys, tensor):
+    """A graph input looked up among tensor keys that are all graph inputs (an optimizer's
+    ``state[p]``: keys read with the dict, or stored by the trace): the key that is the same
+    object, under one aliasing guard (the keys are distinct objects: pinned by the dict's key
+    guard, or resolved so when stored), or a new key, under one guard that it is none of them.
+    None where this does not apply (the generic pairwise resolution)."""
+    inputs = tx.output.inputs
+
+    def real(var):
+        if var.node.op != "placeholder" or var.source is None or var.source.name() not in inputs:
+            return None
+        return inputs[var.source.name()][1]
+    if not keys:
+        return None
+    mine = real(tensor)
+    reals = [real(k.var) for k in keys]
+    if mine is None or any(r is None for r in reals):
+        return None
+    for k, r in zip(keys, reals):
+        if r is mine:
+            tx.output.guards.ALIASING([tensor.source, k.var.source], [mine, r])
+            return k
+    tx.output.guards.ALIASING([tensor.source, *(k.var.source for k in keys)], [mine, *reals])
     return TensorKey(tensor)
 
 
@@ -278,7 +310,13 @@ def _prepare_tensor_keys(tx, dict_var, name, args):
     key = args[0] if args else None
     if name in _KEYED and isinstance(key, TensorVariable):
         if dict_var.source is not None:
-            raise Unsupported("a tensor as a key of a dict that existed before the frame")
+            keys = [k for k in dict_var.items if type(k) is TensorKey]
+            # keys guarded by the dict's key guard: constants (a tensor is none of them), or
+            # tensors read with the dict (resolved by identity under one aliasing guard)
+            found = _resolve_input_key(tx, keys, key) if keys else TensorKey(key)
+            if found is None:
+                raise Unsupported("a tensor as a key of a dict that existed before the frame")
+            return [ResolvedKeyVariable(found), *args[1:]]
         return [ResolvedKeyVariable(_resolve_tensor(tx, dict_var, key)), *args[1:]]
     from .dicts import DictVariable
     if name not in _KEYED and name not in _WHOLE and (has_tensor_keys(dict_var) or dict_var.source is not None) \

@@ -7,6 +7,7 @@ import types
 import torch
 
 from ..exc import Unsupported
+from .constant import ConstantVariable
 from .base import ObjectVariable
 
 
@@ -28,6 +29,15 @@ def is_marked(value):
     return callable(value) and marked_kind(value) is not None
 
 
+def _in_torch_optimizer(tx):
+    """``torch._dynamo.graph_break()`` called by torch.optim's ``_use_grad`` around a step: it
+    is there so that torch.compile's AOTAutograd sees the step as an inference graph; it changes
+    no value, and pydynamo captures the step whole (the grad-mode switches are graph nodes)."""
+    import os
+    return os.sep + os.path.join("torch", "optim") + os.sep in tx.code.co_filename and \
+        tx.f_globals.get("__name__", "").startswith("torch.optim")
+
+
 class MarkedFunctionVariable(ObjectVariable):
     def __init__(self, value, source=None):
         super().__init__(value, source)
@@ -41,6 +51,8 @@ class MarkedFunctionVariable(ObjectVariable):
                 raise Unsupported(f"{self._repr_value()}, marked allow_in_graph, returned no tensor")
             return result
         if self.kind == "graph_break":
+            if _in_torch_optimizer(tx):
+                return ConstantVariable(None)
             msg = [a.as_python_constant() for a in [*args, *kwargs.values()] if a.is_python_constant()]
             raise Unsupported("call to graph_break()" + (f": {msg[0]}" if msg and msg[0] else ""),
                               "remove the graph_break() call to capture across it")

@@ -292,6 +292,10 @@ class TensorVariable(VariableTracker):
             raise DataDependentError("'in' on a tensor is data-dependent")
         if not callable(getattr(torch.Tensor, name, None)):
             raise Unsupported(f"Tensor.{name}")
+        from .torch import scalar_tensor_rewrite
+        rewritten = scalar_tensor_rewrite(tx, name, [self, *args], kwargs, method=True)
+        if rewritten is not None:
+            return rewritten
         return tx.output.call_graph(tx, "call_method", name, (self, *args), kwargs)
 
     def _scalar_outputs(self, tx, name, args, kwargs):

@@ -6,6 +6,8 @@ functions that change torch's global state are refused.
 """
 import re
 
+import operator
+
 import torch
 
 from ..exc import Unsupported
@@ -254,6 +256,9 @@ class TorchVariable(ObjectVariable):
             return tensor_from_array(tx, fn, args, kwargs)
         if fn is torch.Size:
             return make_size(tx, args, kwargs)
+        rewritten = scalar_tensor_rewrite(tx, getattr(fn, "__name__", ""), args, kwargs, method=False)
+        if rewritten is not None:
+            return rewritten
         return tx.output.call_graph(tx, "call_function", fn, tuple(args), kwargs)
 
     def _repr_value(self):
@@ -287,3 +292,51 @@ def make_size(tx, args, kwargs):
     probe = fold(torch.Size, [ConstantVariable([0 if isinstance(i, SymNodeVariable) else i.as_python_constant()
                                                 for i in items])], exact=True)
     return SizeVariable([i if isinstance(i, SymNodeVariable) else p for i, p in zip(items, probe.items)])
+
+
+# ---- Scalar arguments given as tensors -------------------------------------------------------
+
+_SCALED = {"addcdiv", "addcdiv_", "addcmul", "addcmul_"}
+_FOREACH_SCALED = {"_foreach_addcdiv", "_foreach_addcdiv_", "_foreach_addcmul", "_foreach_addcmul_"}
+
+
+def scalar_tensor_rewrite(tx, name, args, kwargs, method):
+    """``t.addcdiv_(t1, t2, value=v)`` and ``torch._foreach_addcdiv_(ts, t1s, t2s, scalars)``
+    (and addcmul) with the scalar a tensor, as torch's optimizers pass it while compiling
+    (``_get_value``): eager ATen reads the scalar's number (a data-dependent ``.item()``). The
+    kernel computes ``self + (scalar * t1) / t2`` (``* t2``); the graph computes the same, in the
+    same order: ``t1 * scalar`` first, then the op with the scalar 1. None where this does not
+    apply."""
+    from .lists import BaseListVariable, ListVariable
+    from .tensor import TensorVariable
+    if name in _SCALED:
+        params = ("tensor1", "tensor2", "value")
+        bound = dict(zip(params, args[1:] if method else args[1:]))
+        if set(kwargs) - set(params) or len(args) > 4:
+            return None
+        bound.update(kwargs)
+        value = bound.get("value")
+        if not isinstance(value, TensorVariable) or "tensor1" not in bound or "tensor2" not in bound:
+            return None
+        scaled = tx.output.call_graph(tx, "call_function", torch.mul, (bound["tensor1"], value), {})
+        kind, target = ("call_method", name) if method else ("call_function", getattr(torch, name))
+        return tx.output.call_graph(tx, kind, target, (args[0], scaled, bound["tensor2"]), {})
+    if name in _FOREACH_SCALED and not method and not kwargs and len(args) == 4:
+        selfs, t1s, t2s, scalars = args
+        if not all(isinstance(v, BaseListVariable) for v in (selfs, t1s, t2s)):
+            return None
+        t1 = t1s.unpack_var_sequence(tx)
+        if isinstance(scalars, TensorVariable):  # one scalar per tensor, stacked
+            parts = [tx.output.call_graph(tx, "call_function", operator.getitem, (scalars, ConstantVariable(i)), {})
+                     for i in range(len(t1))]
+        elif isinstance(scalars, BaseListVariable) and any(
+                isinstance(v, TensorVariable) for v in scalars.unpack_var_sequence(tx)):
+            parts = scalars.unpack_var_sequence(tx)
+        else:
+            return None
+        if len(parts) != len(t1):
+            return None
+        scaled = ListVariable([tx.output.call_graph(tx, "call_function", torch.mul, (a, b), {})
+                               for a, b in zip(t1, parts)])
+        return tx.output.call_graph(tx, "call_function", getattr(torch, name), (selfs, scaled, t2s), {})
+    return None
