@@ -102,6 +102,7 @@ class DynamicPolicy:
     def __init__(self, mode=None, state=None, dynamic_ints=True):
         self.mode, self.state = mode, state if state is not None else {}
         self.dynamic_ints = dynamic_ints
+        self.object_attrs = set()  # sources of ints read from plain objects' instance dicts (this trace)
         self.static = False  # set for a retry after a failed dynamic compile
         self.used = False    # some size or int was made symbolic
 
@@ -127,10 +128,12 @@ class DynamicPolicy:
 
     def int_is_dynamic(self, source, value):
         """Whether int ``value`` read by ``source`` is a SymInt input. Only ints passed as
-        arguments (or inside argument tuples, lists, dicts): attributes of objects and modules,
-        like nn.Module hyper-parameters, stay constants."""
-        if self.static or self.mode is False or not self.dynamic_ints or type(value) is not int \
-                or not _is_argument(source):
+        arguments (or inside argument tuples, lists, dicts), and the instance attributes of
+        plain objects (``object_attrs``: an LR scheduler's step counters): the attributes of
+        nn.Modules, their hyper-parameters, stay constants."""
+        if self.static or self.mode is False or type(value) is not int:
+            return False
+        if not ((self.dynamic_ints and _is_argument(source)) or source.name() in self.object_attrs):
             return False
         if self.mode is True:
             self.used = True

@@ -228,6 +228,8 @@ class ContextManagerVariable(VariableTracker):
         from ..source import AttrSource
         if name in ("__enter__", "__exit__", "_recreate_cm"):
             return GetAttrVariable(self, name)
+        if name == "__class__" and self.python_type() is not None:  # (a decorator's clone())
+            return wrap_value(tx, self.python_type(), AttrSource(self.source, name) if self.source else None)
         if self.obj is None or self.source is None:
             raise Unsupported(f"attribute {name!r} of {self}")
         if name == "__class__" or name in vars(self.obj):

@@ -115,6 +115,9 @@ class UserFunctionVariable(ObjectVariable):
         src = self.attr_source(name)
         if name in ("__name__", "__qualname__", "__module__", "__doc__", "__class__"):
             return wrap_value(tx, getattr(self.value, name), src)
+        if name == "__get__":  # the descriptor protocol: called (call_method)
+            from .base import GetAttrVariable
+            return GetAttrVariable(self, name)
         if name == "__code__":  # libraries read co_varnames / co_argcount to inspect signatures
             if src is not None:
                 tx.output.guards.add(src, "ID_MATCH", self.value.__code__)
@@ -133,6 +136,14 @@ class UserFunctionVariable(ObjectVariable):
             tx.output.guards.NOT_PRESENT(src)
             raise attribute_error(f"'function' object has no attribute {name!r}")
         raise Unsupported(f"function attribute {name!r}")
+
+    def call_method(self, tx, name, args, kwargs):
+        if name == "__get__" and not kwargs and 1 <= len(args) <= 2:  # func.__get__(obj, cls)
+            obj = args[0]
+            if obj.is_python_constant() and obj.as_python_constant() is None:
+                return self
+            return UserMethodVariable(self.value, obj, self.source)
+        return super().call_method(tx, name, args, kwargs)
 
     def _default(self, tx, i):
         defaults = self.value.__defaults__ or ()

@@ -96,7 +96,10 @@ class UserDefinedObjectVariable(VariableTracker):
             return None
         d = _real_dict(self.value)
         if d is not None and name in d:
-            return wrap_value(tx, d[name], self._dict_source(name))
+            src = self._dict_source(name)
+            if type(d[name]) is int and src is not None:  # may become a SymInt once it changed
+                tx.output.shapes.policy.object_attrs.add(src.name())
+            return wrap_value(tx, d[name], src)
         if self.source is not None:
             tx.output.guards.NOT_PRESENT(self._entry_source(name))
         return None

@@ -118,7 +118,9 @@ def is_compiling_function(value):
 _NOT_OPS = ("torch._inductor", "torch._dynamo", "torch._functorch", "torch.fx", "torch.utils", "torch.distributed",
             "torch.cuda", "torch.backends", "torch.jit", "torch.autograd", "torch.profiler", "torch.export",
             "torch._subclasses", "torch.multiprocessing", "torch.hub", "torch.serialization", "torch.testing",
-            "torch._library", "torch._higher_order_ops", "torch.onnx", "torch.package", "torch.mps", "torch.xpu")
+            "torch._library", "torch._higher_order_ops", "torch.onnx", "torch.package", "torch.mps", "torch.xpu",
+            # Python code over tensors, inlined: optimizers, LR schedulers, grad clipping, GradScaler
+            "torch.optim", "torch.nn.utils.clip_grad", "torch.amp")
 
 
 def is_torch_callable(value):
@@ -256,6 +258,8 @@ class TorchVariable(ObjectVariable):
             return tensor_from_array(tx, fn, args, kwargs)
         if fn is torch.Size:
             return make_size(tx, args, kwargs)
+        if fn is torch._C._group_tensors_by_device_and_dtype:
+            return group_by_device_and_dtype(tx, args, kwargs)
         rewritten = scalar_tensor_rewrite(tx, getattr(fn, "__name__", ""), args, kwargs, method=False)
         if rewritten is not None:
             return rewritten
@@ -340,3 +344,36 @@ def scalar_tensor_rewrite(tx, name, args, kwargs, method):
                                for a, b in zip(t1, parts)])
         return tx.output.call_graph(tx, "call_function", getattr(torch, name), (selfs, scaled, t2s), {})
     return None
+
+
+def group_by_device_and_dtype(tx, args, kwargs):
+    """``torch._C._group_tensors_by_device_and_dtype(tensorlistlist, with_indices)`` (foreach
+    utilities, grad clipping): the tensors of each list grouped by the device and dtype of the
+    first list's tensor at each position, as the C function does, from the tensors' metadata
+    (pinned by their guards): ``{(device, dtype): ([list per input list], indices)}``, groups in
+    first-seen order."""
+    from .dicts import DictVariable
+    from .lists import BaseListVariable, ListVariable, TupleVariable
+    from .tensor import TensorVariable
+    names = ("tensorlistlist", "with_indices")
+    bound = dict(zip(names, args))
+    bound.update(kwargs)
+    if set(bound) - set(names) or "tensorlistlist" not in bound:
+        raise Unsupported("torch._C._group_tensors_by_device_and_dtype with these arguments")
+    with_indices = bound.get("with_indices", ConstantVariable(False)).as_python_constant()
+    lists = [v.unpack_var_sequence(tx) for v in bound["tensorlistlist"].unpack_var_sequence(tx)]
+    if not lists or not all(isinstance(v, TensorVariable) for v in lists[0]):
+        raise Unsupported("torch._C._group_tensors_by_device_and_dtype of lists that are not tensors")
+    if any(len(lst) != len(lists[0]) for lst in lists):
+        raise Unsupported("RuntimeError: _group_tensors_by_device_and_dtype: lists of different lengths")
+    groups = {}
+    for i, t in enumerate(lists[0]):
+        key = (t.example_value.device, t.example_value.dtype)
+        lsts, idx = groups.setdefault(key, ([[] for _ in lists], []))
+        for j, lst in enumerate(lists):
+            lsts[j].append(lst[i])
+        idx.append(i)
+    return DictVariable({key: TupleVariable([ListVariable([ListVariable(g) for g in lsts]),
+                                             ListVariable([ConstantVariable(i) for i in idx]) if with_indices
+                                             else ListVariable([])])
+                         for key, (lsts, idx) in groups.items()})
