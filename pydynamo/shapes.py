@@ -133,9 +133,10 @@ class DynamicPolicy:
         nn.Modules, their hyper-parameters, stay constants."""
         if self.static or self.mode is False or type(value) is not int:
             return False
-        if not ((self.dynamic_ints and _is_argument(source)) or source.name() in self.object_attrs):
+        argument = self.dynamic_ints and _is_argument(source)
+        if not (argument or source.name() in self.object_attrs):
             return False
-        if self.mode is True:
+        if self.mode is True and argument:  # (an object's int: only once it has changed)
             self.used = True
             return True
         key = source.name()

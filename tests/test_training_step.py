@@ -274,3 +274,16 @@ def test_optimizer_hooks_are_guarded():
         assert calls == [1]  # the global hook table is read by the trace and guarded
     finally:
         handle.remove()
+
+
+def test_optimizer_step_after_torch_compile_ran_in_the_process():
+    """Once torch.compile has run, it wraps every optimizer's _init_group in
+    torch._dynamo.disable (its own tracing policy); pydynamo still captures the step whole."""
+    torch.compile(lambda t: t + 1, backend="eager")(torch.ones(1))
+    assert getattr(torch.optim.Adam._init_group, "_torchdynamo_disable", False)
+    pydynamo.reset()
+    m1, o1 = _opt_steps("adam_foreach", lambda f: f)
+    m2, o2 = _opt_steps("adam_foreach", pydynamo.optimize("eager"))
+    _same_training(m1, o1, m2, o2)
+    explained = pydynamo.explain(lambda: o2.step())()
+    assert explained.graph_count == 1 and explained.graph_break_count == 0

@@ -5,6 +5,8 @@
     python tools/bench_models.py --backend triton    # pydynamo with its bundled Triton backend
     python tools/bench_models.py --models tv-resnet50 --modes infer --dtype bf16 --channels-last
     python tools/bench_models.py --models tv-vit,timm-effnet,hf-gpt2 --dtype bf16  # bf16 (autocast in training)
+    python tools/bench_models.py --models hf-gpt2 --modes train-opt --dtype bf16  # the whole step compiled,
+                                                # AdamW (foreach) included: the compiled-optimizer recipe
 
 For each model and mode it prints the step time of each system (CUDA events; the systems are
 timed in turns: 10 rounds, each the mean of iters/10 steps run back to back as a training or
@@ -128,7 +130,9 @@ def _autocast(dtype, mode, device):
     return contextlib.nullcontext()
 
 
-def _make_step(fn, model, inputs, mode, amp=None):
+def _make_step(fn, model, inputs, mode, amp=None, wrap=None):
+    """One step of ``mode``: inference, a training step (SGD, eager optimizer), or "train-opt",
+    forward, backward, AdamW (foreach) and zero_grad as one function that ``wrap`` compiles."""
     import contextlib
     amp = amp or contextlib.nullcontext
     if mode == "infer":
@@ -137,6 +141,17 @@ def _make_step(fn, model, inputs, mode, amp=None):
                 return fn(*inputs)
         return step
     params = [p for p in model.parameters() if p.requires_grad]
+    if mode == "train-opt":  # the compiled-optimizer recipe: the whole step compiled
+        opt = torch.optim.AdamW(params, lr=1e-4, foreach=True)
+
+        def whole():
+            with amp():
+                loss = _first_tensor(fn(*inputs)).float().pow(2).mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            return loss.detach()
+        return (wrap or (lambda f: f))(whole)
     opt = torch.optim.SGD(params, lr=1e-4)
 
     def step():
@@ -155,6 +170,7 @@ def bench(name, mode, device, size, iters, rounds=10, backend="inductor", dtype=
     each), so drifts in clocks or load hit all alike. Each system gets its own copy of the model
     with the same weights."""
     import torch._dynamo  # tools may use torch._dynamo, to compare
+    import torch._inductor.compile_fx
     torch._dynamo.reset()
     pydynamo.reset()
     steps, first, graphs, results = {}, {}, {}, {}
@@ -164,8 +180,16 @@ def bench(name, mode, device, size, iters, rounds=10, backend="inductor", dtype=
         model, inputs = _prepare(model, inputs, mode, dtype, channels_last)
         model.train(mode == "train")
         amp = lambda: _autocast(dtype, mode, device)  # noqa: E731
-        counter = None
-        if system == "eager":
+        counter, wrap = None, None
+        if mode == "train-opt":  # the model runs inside the compiled step function
+            fn = model
+            if system == "torch.compile":
+                counter = Counting(torch._inductor.compile_fx.compile_fx)
+                wrap = functools.partial(torch.compile, backend=counter)
+            elif system == "pydynamo":
+                counter = Counting(pydynamo.lookup_backend(backend))
+                wrap = pydynamo.optimize(counter)
+        elif system == "eager":
             fn = model
         elif system == "torch.compile":
             from torch._inductor.compile_fx import compile_fx
@@ -178,9 +202,9 @@ def bench(name, mode, device, size, iters, rounds=10, backend="inductor", dtype=
                 ours = functools.partial(ours, mode=compile_mode)
             counter = Counting(ours)
             fn = pydynamo.compile(model, backend=counter)
-        step = _make_step(fn, model, inputs, mode, amp)
+        step = _make_step(fn, model, inputs, mode, amp, wrap)
         t0 = time.perf_counter()
-        results[system] = _first_result(fn, model, inputs, mode, amp)
+        results[system] = [step()] if mode == "train-opt" else _first_result(fn, model, inputs, mode, amp)
         _sync(device)
         first[system] = time.perf_counter() - t0
         for _ in range(3):

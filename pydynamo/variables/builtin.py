@@ -529,10 +529,8 @@ def _builtin_generic_alias(obj, index):
     """``list[Tensor]``, ``dict[str, int]``, ``tuple[int, ...]`` (type hints torch's code
     evaluates, ``cast(list[Tensor], x)``): a builtin class's ``__class_getitem__`` makes a
     ``types.GenericAlias``, a constant."""
-    try:
-        cls = obj.as_python_constant() if obj.is_python_constant() else None
-    except Unsupported:
-        return None
+    cls = getattr(obj, "value", None) if isinstance(obj, ObjectVariable) else None  # (no folding:
+    # a constant's value read here could specialize a symbolic one)
     if not (isinstance(cls, type) and cls.__flags__ & (1 << 8) and type(cls) is type
             and "__class_getitem__" in vars(cls) and index.is_python_constant()):
         return None  # (1 << 8: Py_TPFLAGS_IMMUTABLETYPE, a builtin class)

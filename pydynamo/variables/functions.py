@@ -172,6 +172,8 @@ class UserFunctionVariable(ObjectVariable):
         if hasattr(fn, "__marked_compile_region_fn__"):  # torch.compiler.nested_compile_region
             from .compile_region import call_compile_region, marked_region
             return call_compile_region(tx, self, marked_region(fn), args, kwargs)
+        if _patched_by_torch_compile(fn):  # torch.compile's own policy, not the program's
+            fn = fn.__wrapped__
         if getattr(fn, "_pydynamo_disabled", False):
             raise DisabledFunctionError(f"call to {fn.__qualname__}, which is decorated with "
                                         "pydynamo.disable")
@@ -201,6 +203,17 @@ class UserFunctionVariable(ObjectVariable):
 
     def _repr_value(self):
         return self.value.__qualname__
+
+
+def _patched_by_torch_compile(fn):
+    """An optimizer's ``_init_group`` that torch.compile, once it has run in the process, wraps
+    in ``torch._dynamo.disable`` for every optimizer class (its TorchPatcher): torch.compile
+    runs it while tracing in its own way; for pydynamo it is the optimizer's code, traced."""
+    if not getattr(fn, "_torchdynamo_disable", False):
+        return False
+    inner = getattr(fn, "__wrapped__", None)
+    return isinstance(inner, types.FunctionType) and inner.__name__ == "_init_group" and \
+        (inner.__module__ or "").startswith("torch.optim.")
 
 
 @functools.lru_cache(None)

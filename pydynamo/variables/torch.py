@@ -353,7 +353,7 @@ def group_by_device_and_dtype(tx, args, kwargs):
     (pinned by their guards): ``{(device, dtype): ([list per input list], indices)}``, groups in
     first-seen order."""
     from .dicts import DictVariable
-    from .lists import BaseListVariable, ListVariable, TupleVariable
+    from .lists import ListVariable, TupleVariable
     from .tensor import TensorVariable
     names = ("tensorlistlist", "with_indices")
     bound = dict(zip(names, args))

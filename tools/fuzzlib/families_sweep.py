@@ -52,6 +52,11 @@ BREADTH3_SRC = '''class B3_$i:
 
     def g(self):
         return 3
+
+
+# loggers are process-wide: each run of the program (eager, then compiled) starts alike
+logging.getLogger('fuzz.b3_$i').setLevel(logging.NOTSET)
+logging.getLogger('fuzz.other').setLevel(logging.NOTSET)
 '''
 
 
