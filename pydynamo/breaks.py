@@ -689,7 +689,8 @@ ENTRIES = [
           (r"with (these |keyword |non-constant )?arguments", r"with keywords", r"is not modelled$",
            r"is not supported$", r"is not captured", r"^[\w.]+\(\) (with|of) .*(is not|other than) ",
            r"^[\w.]+\(\) with \S+ arguments$", r"must have at least \w+ arguments",
-           r"^a heapq function on ", r"^heapify\(\) of more than ", r"is not the data form$"),
+           r"^a heapq function on ", r"^heapify\(\) of more than ", r"is not the data form$",
+           r"^torch\._C\._group_tensors_by_device_and_dtype "),
           example="islice() with a step that is not a positive int or None"),
     # ---- catch-alls, one per exception class -------------------------------------------------
     Break("PD002", "data-dependent (other)",

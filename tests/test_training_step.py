@@ -287,3 +287,35 @@ def test_optimizer_step_after_torch_compile_ran_in_the_process():
     _same_training(m1, o1, m2, o2)
     explained = pydynamo.explain(lambda: o2.step())()
     assert explained.graph_count == 1 and explained.graph_break_count == 0
+
+
+def _train_scaled(compile_fn, clip):
+    m = _model()
+    opt = torch.optim.AdamW(m.parameters(), lr=0.01, foreach=True)
+    scaler = torch.amp.GradScaler("cpu", init_scale=4.0)
+
+    def step(x):
+        loss = (m(x) ** 2).mean()
+        scaler.scale(loss).backward()
+        scaler.unscale_(opt)
+        if clip:
+            torch.nn.utils.clip_grad_norm_(m.parameters(), 0.5)
+        scaler.step(opt)  # reads found_inf with .item(): a break, as under torch.compile
+        scaler.update()
+        opt.zero_grad(set_to_none=True)
+        return loss.detach()
+    f = compile_fn(step)
+    return m, opt, [f(x) for x in _X + _X], scaler
+
+
+@pytest.mark.parametrize("clip", [False, True])
+def test_grad_scaler_step(clip):
+    pydynamo.reset()
+    m1, o1, l1, s1 = _train_scaled(lambda f: f, clip)
+    cnt = CompileCounter()
+    m2, o2, l2, s2 = _train_scaled(pydynamo.optimize(cnt), clip)
+    _same_training(m1, o1, m2, o2)
+    assert all(_close(a, b) for a, b in zip(l1, l2)) and s1.get_scale() == s2.get_scale()
+    # forward, unscale (+ clip), the optimizer step and its lazily made state, the update:
+    # breaks at backward(), at the scaler's found_inf.item() and at zero_grad()
+    assert cnt.frame_count <= 6
