@@ -410,3 +410,30 @@ def test_what_a_class_statement_finds_on_its_bases_is_guarded():
         assert same(compiled(x), fn(x))
     finally:
         Scaled.k, Scaled.g = old_k, old_g
+
+
+# ---- id() keys of a defaultdict that existed before the frame -----------------------------------
+
+class _Obj:
+    pass
+
+
+def test_id_keys_inserted_into_an_input_defaultdict_are_the_real_ids():
+    import collections
+    obj = _Obj()
+
+    def fn(x, d, o):
+        d[id(o)].append(1)  # __missing__ inserts the key: the real id of o (pinned)
+        return x + 1
+
+    def made(x, d):
+        d[id(_Obj())].append(1)  # an object made in the trace: no run-time number, a break
+        return x + 1, len(d)
+    for f, args in ((fn, (obj,)), (made, ())):
+        pydynamo.reset()
+        eager, compiled = collections.defaultdict(list), collections.defaultdict(list)
+        f(torch.ones(1), eager, *args)
+        pydynamo.optimize("eager")(f)(torch.ones(1), compiled, *args)
+        assert [type(k) for k in compiled] == [int] and len(compiled) == len(eager) == 1
+        if args:
+            assert dict(compiled) == dict(eager) == {id(obj): [1]}

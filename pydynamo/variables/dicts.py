@@ -65,10 +65,12 @@ def key_var(tx, key):
 
 def load_key(codegen, key):
     """Push the key a DictVariable holds: a tensor key is the tensor (its tracker), any other
-    a constant."""
-    from .ids import TensorKey
+    a constant; an ``id()`` key (IdKey) has no run-time number: refused."""
+    from .ids import IdKey, TensorKey
     if type(key) is TensorKey:
         return codegen(key.var)
+    if type(key) is IdKey:
+        raise Unsupported("a dict keyed by id() of an object made in the trace cannot be rebuilt at run time")
     codegen.load_const(key)
 
 
@@ -354,6 +356,9 @@ class DefaultDictVariable(DictVariable):
         if k not in self.items:
             if self.default_factory.is_python_constant() and self.default_factory.as_python_constant() is None:
                 self._missing(k)
+            from .ids import IdKey
+            if type(k) is IdKey and self.source is not None:
+                raise Unsupported("id() stored as a key of a dict that existed before the frame")
             value = self.default_factory.call_function(tx, [], {})
             self._method_setitem(tx, key, value)
         return self.items[k]

@@ -334,6 +334,11 @@ def prepare_dict_call(tx, dict_var, name, args):
         return resolved
     key = args[0] if args else None
     with_ids = has_id_keys(dict_var)
+    if name in _KEYED and isinstance(key, IdVariable) and dict_var.source is not None and not with_ids \
+            and key._pinnable():
+        # a dict that existed before the frame holds real ids: the object is pinned by identity
+        # (ID_MATCH), so its id is that number at run time too (GradScaler's per-optimizer states)
+        return [ConstantVariable(key.as_python_constant()), *args[1:]]
     if name in _KEYED and isinstance(key, IdVariable):
         if dict_var.source is not None and name in _MUTATING:
             raise Unsupported("id() stored as a key of a dict that existed before the frame")

@@ -64,7 +64,8 @@ def fam_breadth3(rng, s, place):
     """Sets of tensors, frozenset keys, logging.getLogger, catch_warnings blocks and class
     statements (with bases read from the globals, whose attributes change between calls)."""
     s.setup = BREADTH3_SRC.replace("$i", str(s.uid))
-    s.var = place("{'fs': {frozenset({'a'}): 2.0, frozenset({1, 2}): 3}, 'lg': 'fuzz.b3_$i'}".replace("$i", str(s.uid)))
+    s.var = place("{'fs': {frozenset({'a'}): 2.0, frozenset({1, 2}): 3}, 'lg': 'fuzz.b3_$i', "
+                  "'dd': collections.defaultdict(list)}".replace("$i", str(s.uid)))
     pick(rng, s, [
         "s$i = {x, x + 1}\ns$i.add(x)\nout.append(len(s$i))\nout.append(x in s$i)\nout.append(len(s$i - {x}))",
         "out.append(x * $v['fs'].get(frozenset({'a'}), n))\nout.append(len([k for k in $v['fs']]))",
@@ -74,7 +75,9 @@ def fam_breadth3(rng, s, place):
         "class C$i(B3_$i):\n    def f(self, t):\n        return t * self.k * self.g() + n\nout.append(C$i().f(x))",
         "@dataclasses.dataclass\nclass D$i:\n    a: object\n    b: int = 2\n"
         "out.append(D$i(x).a * D$i(x, b=n).b)",
+        "$v['dd'][id(H)].append(n)\n$v['dd']['k'].append(1)\nout.append(len($v['dd']))\n"
+        "out.append(x * len($v['dd'][id(H)]))",
     ], k=(1, 2))
     s.mut("$p['fs'][frozenset({'a'})] = 7", "$p['fs'] = {frozenset(): 1}",
           "logging.getLogger($p['lg']).setLevel(logging.DEBUG)", "$p['lg'] = 'fuzz.other'",
-          "B3_$i.k = 5", "B3_$i.g = lambda self: -1")
+          "B3_$i.k = 5", "B3_$i.g = lambda self: -1", "$p['dd'].clear()", "$p['dd'] = collections.defaultdict(list)")
