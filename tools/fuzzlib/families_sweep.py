@@ -75,8 +75,8 @@ def fam_breadth3(rng, s, place):
         "class C$i(B3_$i):\n    def f(self, t):\n        return t * self.k * self.g() + n\nout.append(C$i().f(x))",
         "@dataclasses.dataclass\nclass D$i:\n    a: object\n    b: int = 2\n"
         "out.append(D$i(x).a * D$i(x, b=n).b)",
-        "$v['dd'][id(H)].append(n)\n$v['dd']['k'].append(1)\nout.append(len($v['dd']))\n"
-        "out.append(x * len($v['dd'][id(H)]))",
+        "$v['dd']['k'].append(n)\nout.append(len($v['dd']))\nout.append(x * len($v['dd']['k']))\n"
+        "out.append(id(H) in $v['dd'])",
     ], k=(1, 2))
     s.mut("$p['fs'][frozenset({'a'})] = 7", "$p['fs'] = {frozenset(): 1}",
           "logging.getLogger($p['lg']).setLevel(logging.DEBUG)", "$p['lg'] = 'fuzz.other'",
