@@ -291,11 +291,3 @@ class FieldVariable(ObjectVariable):
         except Exception as e:  # noqa: BLE001 - raised by field()
             raise Unsupported(f"dataclasses.field: {type(e).__name__}: {e}") from None
         return MadeObjectVariable(field)
-
-
-def namespace_load(tx, name):
-    """LOAD_NAME in a class body: the namespace, then the globals and builtins."""
-    if name in tx.namespace:
-        return tx.namespace[name]
-    return tx.load_global(name)
-
