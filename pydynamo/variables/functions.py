@@ -207,7 +207,7 @@ class UserFunctionVariable(ObjectVariable):
 
 def _patched_by_torch_compile(fn):
     """An optimizer's ``_init_group`` that torch.compile, once it has run in the process, wraps
-    in ``torch._dynamo.disable`` for every optimizer class (its TorchPatcher): torch.compile
+    in its ``disable`` wrapper for every optimizer class (its TorchPatcher): torch.compile
     runs it while tracing in its own way; for pydynamo it is the optimizer's code, traced."""
     if not getattr(fn, "_torchdynamo_disable", False):
         return False

@@ -30,7 +30,7 @@ def is_marked(value):
 
 
 def _in_torch_optimizer(tx):
-    """``torch._dynamo.graph_break()`` called by torch.optim's ``_use_grad`` around a step: it
+    """torch.compile's ``graph_break()`` called by torch.optim's ``_use_grad`` around a step: it
     is there so that torch.compile's AOTAutograd sees the step as an inference graph; it changes
     no value, and pydynamo captures the step whole (the grad-mode switches are graph nodes)."""
     import os
