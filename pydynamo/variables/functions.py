@@ -10,6 +10,7 @@ from ..source import (AttrSource, ClosureSource, GetItemSource, GlobalSource, ce
 from .base import CellVariable, ObjectVariable, TypeAttributes, VariableTracker
 from .dicts import DictVariable
 from .lists import TupleVariable
+from .optimizer import is_torch_init_group, make_state_before_init_group
 
 
 def bind_args(code, args, kwargs, default_at, kwdefault_for):
@@ -174,6 +175,8 @@ class UserFunctionVariable(ObjectVariable):
             return call_compile_region(tx, self, marked_region(fn), args, kwargs)
         if _patched_by_torch_compile(fn):  # torch.compile's own policy, not the program's
             fn = fn.__wrapped__
+        if is_torch_init_group(fn):
+            make_state_before_init_group(tx, fn, args)
         if getattr(fn, "_pydynamo_disabled", False):
             raise DisabledFunctionError(f"call to {fn.__qualname__}, which is decorated with "
                                         "pydynamo.disable")

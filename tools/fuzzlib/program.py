@@ -43,6 +43,7 @@ import enum
 import functools
 import itertools
 import logging
+import math
 import operator
 import typing
 import warnings
