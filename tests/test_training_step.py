@@ -358,3 +358,59 @@ def test_lazy_state_only_for_parameters_with_gradients():
     pydynamo.optimize("eager")(lambda: opt.step())()
     assert first not in opt.state and all("momentum_buffer" in opt.state[p]
                                           for p in list(m.parameters())[1:])
+
+
+def _lbfgs_run(compile_fn):
+    torch.manual_seed(0)
+    m = torch.nn.Linear(4, 1)
+    x = torch.randn(8, 4, generator=torch.Generator().manual_seed(1))
+    opt = torch.optim.LBFGS(m.parameters(), lr=0.1, max_iter=4)
+
+    def closure():
+        opt.zero_grad()
+        loss = (m(x) ** 2).mean()
+        loss.backward()
+        return loss
+
+    def step():
+        return opt.step(closure)
+    f = compile_fn(step)
+    return [f() for _ in range(2)], m
+
+
+def test_lbfgs_closure_step_breaks_with_its_reason():
+    pydynamo.reset()
+    l1, m1 = _lbfgs_run(lambda f: f)
+    l2, m2 = _lbfgs_run(pydynamo.optimize("eager"))
+    assert all(_close(a, b) for a, b in zip(l1, l2))
+    assert all(_close(p, q) for p, q in zip(m1.parameters(), m2.parameters()))
+    pydynamo.reset()
+    m = torch.nn.Linear(4, 1)
+    opt = torch.optim.LBFGS(m.parameters())
+
+    def closure():
+        loss = (m(torch.ones(1, 4)) ** 2).sum()
+        loss.backward()
+        return loss
+    explained = pydynamo.explain(lambda: opt.step(closure))()
+    assert str(explained.break_reasons[0].reason).startswith("LBFGS.step(closure): the closure runs")
+
+
+def test_adafactor_step_equals_eager():
+    """Adafactor reads its step count with .item() where torch compiles it without capturable:
+    a break there, as under torch.compile; parameters and state stay equal to eager's."""
+    if not hasattr(torch.optim, "Adafactor"):
+        pytest.skip("torch has no Adafactor")
+    def run(compile_fn):
+        m = _model()
+        opt = torch.optim.Adafactor(m.parameters(), lr=0.01)
+        f = compile_fn(lambda: opt.step())
+        for x in _X:
+            opt.zero_grad()
+            (m(x) ** 2).sum().backward()
+            f()
+        return m, opt
+    pydynamo.reset()
+    m1, o1 = run(lambda f: f)
+    m2, o2 = run(pydynamo.optimize("eager"))
+    _same_training(m1, o1, m2, o2)

@@ -10,7 +10,7 @@ from ..source import (AttrSource, ClosureSource, GetItemSource, GlobalSource, ce
 from .base import CellVariable, ObjectVariable, TypeAttributes, VariableTracker
 from .dicts import DictVariable
 from .lists import TupleVariable
-from .optimizer import is_torch_init_group, make_state_before_init_group
+from .optimizer import is_torch_init_group, make_state_before_init_group, refuse_step_closure
 
 
 def bind_args(code, args, kwargs, default_at, kwdefault_for):
@@ -177,6 +177,7 @@ class UserFunctionVariable(ObjectVariable):
             fn = fn.__wrapped__
         if is_torch_init_group(fn):
             make_state_before_init_group(tx, fn, args)
+        refuse_step_closure(fn, args, kwargs)
         if getattr(fn, "_pydynamo_disabled", False):
             raise DisabledFunctionError(f"call to {fn.__qualname__}, which is decorated with "
                                         "pydynamo.disable")

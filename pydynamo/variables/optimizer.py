@@ -26,6 +26,26 @@ def is_torch_init_group(fn):
         (getattr(fn, "__module__", None) or "").startswith("torch.optim.")
 
 
+def refuse_step_closure(fn, args, kwargs):
+    """``opt.step(closure)`` of a torch optimizer (LBFGS...): the closure runs the forward and
+    ``backward()`` several times inside the step, with data-dependent stopping tests; the step is
+    left to run eagerly, with that reason, rather than broken into pieces at each of them."""
+    from .objects import UserDefinedObjectVariable
+    if getattr(fn, "__name__", None) != "step" or \
+            not (getattr(fn, "__module__", None) or "").startswith("torch.optim."):
+        return
+    if not args or not isinstance(args[0], UserDefinedObjectVariable) or \
+            not isinstance(args[0].value, torch.optim.Optimizer):
+        return
+    closure = args[1] if len(args) > 1 else kwargs.get("closure")
+    if closure is None or (closure.is_python_constant() and closure.as_python_constant() is None):
+        return
+    from ..exc import Unsupported
+    raise Unsupported(f"{type(args[0].value).__name__}.step(closure): the closure runs the forward and "
+                      "backward() inside the optimizer's step, which runs eagerly",
+                      "compile the closure's forward (the model) instead of the optimizer step")
+
+
 def make_state_before_init_group(tx, fn, args):
     """Before the traced ``opt._init_group(group, ...)``: run the real one for every group of
     ``opt`` whose parameters with gradients lack state (see the module docstring)."""
