@@ -63,7 +63,9 @@ def _tensor(tx, value, source):
         raise Unsupported("a tensor that is not reachable from the frame's inputs "
                           "(e.g. a constant inside a torch module)")
     if type(value) is not torch.Tensor and type(value) is not torch.nn.Parameter:
-        raise Unsupported(f"tensor subclass {type(value).__name__}")
+        from .subclasses import guard_subclass
+        guard_subclass(tx.output.guards, source, value)  # refuses the ones not traced
+        return tx.output.add_graph_input(source, value, static=True)
     if value.layout is not torch.strided or value.is_nested:
         raise Unsupported(f"tensors with layout {value.layout} are not supported")
     if value.is_quantized:

@@ -486,12 +486,20 @@ def _is_graph_value(v):
     return isinstance(v, torch.Tensor) or _has_symbols(v)
 
 
+def result_class(fake):
+    """The class of the real tensor a graph value stands for: torch.Tensor, or a traceable
+    wrapper subclass (its fake is an instance of it, with fake inner tensors; subclasses.py)."""
+    from torch._subclasses.fake_tensor import FakeTensor
+    cls = type(fake)
+    return torch.Tensor if cls is FakeTensor or cls is torch.Tensor else cls
+
+
 def wrap_fx_value(tx, node, value):
     """The tracker for what a graph node returned (``value`` is its fake result)."""
     from .sym import SymNodeVariable
     graph = tx.output.graph
     if isinstance(value, torch.Tensor):
-        return TensorVariable(node, value)
+        return TensorVariable(node, value, python_cls=result_class(value))
     if _has_symbols(value) and not isinstance(value, (tuple, list)):
         return SymNodeVariable.create(node, value)
     if isinstance(value, (tuple, list)) and any(_is_graph_value(v) for v in value):
@@ -502,7 +510,7 @@ def wrap_fx_value(tx, node, value):
             if _is_graph_value(v):
                 item_node = graph.call_function(operator.getitem, (node, i))
                 item_node.meta["example_value"] = v
-                items.append(TensorVariable(item_node, v) if isinstance(v, torch.Tensor)
+                items.append(TensorVariable(item_node, v, python_cls=result_class(v)) if isinstance(v, torch.Tensor)
                              else SymNodeVariable.create(item_node, v))
             else:
                 items.append(_constant_result(v))
