@@ -48,6 +48,7 @@ from .stdlib import (COLLECTION_TYPES, SPEC_INSTANCE_TYPES, LruCacheVariable, Po
 from .thread_local import is_thread_local, wrap_thread_local
 from .torch import LegacyConstructorVariable, TorchVariable, is_legacy_constructor, is_torch_callable
 from . import ctx
+from .dtensor import DTensorAPIVariable, PlacementClassVariable, is_dtensor_api, is_placement_class
 from .user_defined import PythonModuleVariable, UserDefinedClassVariable, UserDefinedObjectVariable
 
 
@@ -267,6 +268,7 @@ _TABLE = [
     (is_supported_builtin, _identity(BuiltinVariable)),
     (is_checkpoint, _identity(CheckpointVariable)),
     (is_distributed_value, wrap_distributed),  # process groups, collectives (distributed.py)
+    (is_dtensor_api, _identity(DTensorAPIVariable)),  # DTensor.from_local... (dtensor.py)
     (lambda v: isinstance(v, types.FunctionType), _identity(UserFunctionVariable)),
     (is_apply_method, _apply_method),
     (lambda v: isinstance(v, types.MethodType), _bound_method),
@@ -274,6 +276,7 @@ _TABLE = [
      _tensor_method),
     (lambda v: isinstance(v, types.ModuleType), _identity(PythonModuleVariable)),
     (lambda v: isinstance(v, type) and issubclass(v, BaseException), _identity(ExceptionClassVariable)),
+    (is_placement_class, _identity(PlacementClassVariable)),
     (lambda v: isinstance(v, type), _class),
     (lambda v: type(v) is weakref.ReferenceType, wrap_weakref),
     (is_thread_local, wrap_thread_local),  # threading.local(): per-thread attributes

@@ -681,9 +681,17 @@ def _isinstance(tx, obj, cls):
                         raise Unsupported(f"isinstance of a tensor marked {marker}")
             else:
                 result = True
+        elif obj.is_python_constant() and _trusted_metaclass(c):
+            result = result or isinstance(obj.as_python_constant(), c)  # a DTensor placement
         else:
             raise Unsupported(f"isinstance() with {type(c).__name__}.__instancecheck__ of {c.__qualname__}")
     return ConstantVariable(result)
+
+
+def _trusted_metaclass(cls):
+    """torch's own metaclasses (OpaqueBaseMeta of DTensor's placements): their __instancecheck__
+    of a constant is computed for real."""
+    return (type(cls).__module__ or "").startswith("torch.")
 
 
 @handles(issubclass)

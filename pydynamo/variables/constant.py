@@ -14,7 +14,10 @@ CONSTANT_TYPES = (type(None), bool, int, float, complex, str, bytes, type(Ellips
 
 
 def is_constant_value(value):
-    return isinstance(value, CONSTANT_TYPES) and not isinstance(value, torch.Tensor)
+    if isinstance(value, CONSTANT_TYPES):
+        return not isinstance(value, torch.Tensor)
+    from .dtensor import is_placement  # DTensor's Shard(0), Replicate(): immutable values
+    return is_placement(value)
 
 
 class ConstantVariable(VariableTracker):

@@ -236,6 +236,11 @@ class TensorVariable(VariableTracker):
             return self._data_alias(tx)
         if name in ("grad", "grad_fn", "_version"):
             raise Unsupported(f"Tensor.{name} while tracing")
+        if self.python_cls is not torch.Tensor:
+            from .dtensor import dtensor_attr, is_dtensor_class
+            found = dtensor_attr(tx, self, name) if is_dtensor_class(self.python_cls) else None
+            if found is not None:
+                return found
         if callable(getattr(torch.Tensor, name, None)):
             return GetAttrVariable(self, name)
         if self._is_user_attr(name):
