@@ -6,6 +6,8 @@ from their Source; other values rebuild themselves through ``var.reconstruct(cod
 """
 from bytecode import Instr
 
+import torch
+
 from . import bytecode_utils as bu
 from .exc import Unsupported
 
@@ -57,7 +59,19 @@ class PyCodegen:
         if var.node in self.graph_outputs:
             self.load_local(GRAPH_OUT)
             self.load_const(self.graph_outputs[var.node])
-            return self.append(bu.create_binary_subscr())
+            self.append(bu.create_binary_subscr())
+            cls = getattr(var, "python_cls", torch.Tensor)
+            if var.source is None and cls is not torch.Tensor and not hasattr(cls, "__tensor_flatten__"):
+                # a __torch_function__ subclass's result: the graph returns the plain tensor;
+                # one object per tracker (returned twice, it is one object)
+                self.append_load_method("as_subclass")
+                self.load_const(cls)
+                self.append_call(1)
+                name = self.new_temp()
+                self.append(bu.create_instruction("COPY", 1), bu.create_store_local(name))
+                self._temps[id(var)] = name
+                self._keep_alive.append(var)
+            return
         if var.source is not None and var.node.op == "placeholder":
             return var.source.reconstruct(self)
         raise Unsupported(f"tensor {var} is neither a graph output nor an input")

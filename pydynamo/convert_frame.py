@@ -468,9 +468,13 @@ class ConvertFrame:
     def _compile(self, frame, code):
         from .shapes import ConstraintViolationError
         from .api import compiling
+        from .variables.subclasses import probe_operators
         t0 = time.perf_counter()
         try:
-            with compiling(), collector_off():  # torch.compiler.is_compiling() reads True meanwhile
+            # torch.compiler.is_compiling() reads True meanwhile; the compiler's own reads of
+            # the inputs (fake tensors, guards) never call a subclass's __torch_function__
+            probe_operators()
+            with compiling(), collector_off(), torch._C.DisableTorchFunctionSubclass():
                 new_code, checks = self._convert(frame, code)
         except ConstraintViolationError as e:
             e._pydynamo_propagate = True

@@ -50,6 +50,7 @@ class OutputGraph:
         self.code, self.f_globals, self.backend = code, f_globals, backend
         self.graph = torch.fx.Graph()
         self.current_tx = None  # the translator running now (user locations for shape errors)
+        self.torch_function_subclass_disabled = 0  # DisableTorchFunctionSubclass blocks entered
         # weakly: the fake tensors in the compiled graph's meta reach the ShapeEnv, and through
         # it the trace would keep every tracker (and the user's objects they hold) alive
         ref = weakref.ref(self)
@@ -137,6 +138,10 @@ class OutputGraph:
     def call_graph(self, tx, kind, target, args, kwargs):
         """Record ``target(*args, **kwargs)`` (``kind``: call_function / call_method)."""
         from .variables.tensor import wrap_fx_value
+        from .variables.subclasses import maybe_dispatch
+        dispatched = maybe_dispatch(tx, kind, target, args, kwargs)  # __torch_function__ subclasses
+        if dispatched is not None:
+            return dispatched
         fake_target = target
         kwargs = _python_type_dtype(kwargs)
         if self.gather_indexing and target is operator.getitem:
@@ -347,6 +352,12 @@ class OutputGraph:
         gm.recompile()
         self.graph_module = gm
         example_inputs = [value for _, value, _ in self.inputs.values()]
+        from .variables.subclasses import has_python_torch_function, plain_inputs
+        subclassed = [i for i, v in enumerate(example_inputs)
+                      if isinstance(v, torch.Tensor) and has_python_torch_function(type(v))]
+        if subclassed:  # the trace applied their __torch_function__: the graph takes plain tensors
+            example_inputs = [v.as_subclass(torch.Tensor) if i in subclassed else v
+                              for i, v in enumerate(example_inputs)]
         try:
             if self.shapes.used or self.subgraphs:
                 # as torch.compile does: the backend's fake tensors and guards (Inductor's
@@ -365,6 +376,8 @@ class OutputGraph:
                 compiled = self.backend(gm, example_inputs)
         except Exception as e:
             raise BackendCompilerFailed(self.backend, e) from e
+        if subclassed:
+            compiled = plain_inputs(compiled, subclassed)
         # the flags it compiled by (backends/__init__.py): all, for a backend that does not say
         self.guards.BACKEND_FLAGS(getattr(self.backend, "reads_global_flags", None))
         name = f"__compiled_fn_{next(_compiled_fn_ids)}"

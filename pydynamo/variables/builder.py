@@ -48,6 +48,7 @@ from .stdlib import (COLLECTION_TYPES, SPEC_INSTANCE_TYPES, LruCacheVariable, Po
 from .thread_local import is_thread_local, wrap_thread_local
 from .torch import LegacyConstructorVariable, TorchVariable, is_legacy_constructor, is_torch_callable
 from . import ctx
+from .subclasses import NowrapFunctionsVariable, is_nowrap_functions
 from .dtensor import DTensorAPIVariable, PlacementClassVariable, is_dtensor_api, is_placement_class
 from .user_defined import PythonModuleVariable, UserDefinedClassVariable, UserDefinedObjectVariable
 
@@ -64,9 +65,12 @@ def _tensor(tx, value, source):
         raise Unsupported("a tensor that is not reachable from the frame's inputs "
                           "(e.g. a constant inside a torch module)")
     if type(value) is not torch.Tensor and type(value) is not torch.nn.Parameter:
-        from .subclasses import guard_subclass
-        guard_subclass(tx.output.guards, source, value)  # refuses the ones not traced
-        return tx.output.add_graph_input(source, value, static=True)
+        from .subclasses import guard_subclass, is_plain_subclass
+        if not is_plain_subclass(type(value)):
+            guard_subclass(tx.output.guards, source, value)  # refuses the ones not traced
+            return tx.output.add_graph_input(source, value, static=True)
+        # a __torch_function__ subclass (or one with it disabled): a plain tensor underneath,
+        # its class kept by the tracker and pinned by TENSOR_MATCH's exact type
     if value.layout is not torch.strided or value.is_nested:
         raise Unsupported(f"tensors with layout {value.layout} are not supported")
     if value.is_quantized:
@@ -258,6 +262,7 @@ _TABLE = [
     (lambda v: v is dataclasses.field, _identity(FieldVariable)),
     (lambda v: v is warnings.catch_warnings or v is reenter_catch_warnings, _identity(CatchWarningsFactoryVariable)),
     (lambda v: any(v is f for f in FILTER_FUNCTIONS), _identity(WarningsFilterVariable)),
+    (is_nowrap_functions, _identity(NowrapFunctionsVariable)),  # (subclasses.py)
     (lambda v: isinstance(v, functools._lru_cache_wrapper), _identity(LruCacheVariable)),
     (lambda v: isinstance(v, logging.Logger), _identity(LoggerVariable)),
     (lambda v: type(v) in SPEC_INSTANCE_TYPES, wrap_spec_instance),

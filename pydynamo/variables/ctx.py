@@ -605,9 +605,10 @@ def _sdpa_kernel_fn():
     return sdpa_kernel
 
 
+_DISABLE_TORCH_FUNCTION = (torch._C.DisableTorchFunctionSubclass, torch._C.DisableTorchFunction)
 FACTORIES = (torch.no_grad, torch.enable_grad, torch.set_grad_enabled, torch.inference_mode,
              *_AUTOCAST_CLASSES, torch.autograd.profiler.record_function, _sdpa_kernel_fn(),
-             reenter_sdpa_kernel)
+             reenter_sdpa_kernel, *_DISABLE_TORCH_FUNCTION)
 
 
 def is_factory(fn):
@@ -624,6 +625,8 @@ def create(tx, fn, args, kwargs):
         return AutocastVariable.create(tx, fn, args, kwargs)
     if fn is torch.autograd.profiler.record_function:
         return RecordFunctionVariable.create(tx, fn, args, kwargs)
+    if fn in _DISABLE_TORCH_FUNCTION:
+        return DisableTorchFunctionVariable.create(tx, fn, args, kwargs)
     return SdpaKernelVariable.create(tx, fn, args, kwargs)
 
 
@@ -782,3 +785,36 @@ def codegen_exit(cg, blocks):
             cg.load_const(None)
         cg.append_call(3)
         cg.append_pop_top()
+
+
+class DisableTorchFunctionVariable(ContextManagerVariable):
+    """``torch._C.DisableTorchFunctionSubclass()`` / ``DisableTorchFunction()``: inside, torch calls
+    on ``__torch_function__`` subclasses are not offered to their classes (subclasses.py). Only
+    the trace's count changes (no graph node: dispatch happens while tracing); a break inside
+    enters the real manager again around the instruction it runs."""
+
+    def __init__(self, fn, source=None, obj=None):
+        super().__init__(source, obj)
+        self.fn = self.cls = fn
+
+    @staticmethod
+    def create(tx, fn, args, kwargs):
+        if args or kwargs:
+            raise Unsupported(f"{fn.__name__} takes no arguments")
+        return DisableTorchFunctionVariable(fn)
+
+    def _enter(self, tx):
+        tx.output.torch_function_subclass_disabled += 1
+        self._counted = tx.output
+        return ConstantVariable(None)
+
+    def _exit(self, tx):
+        self.leave_real_once()
+
+    def leave_real(self):
+        out, self._counted = getattr(self, "_counted", None), None
+        if out is not None:
+            out.torch_function_subclass_disabled -= 1
+
+    def reentry(self):
+        return self.fn, ()

@@ -22,6 +22,7 @@ from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from ..exc import Unsupported
 from ..source import AttrSource
+from .base import VariableTracker
 
 
 def is_wrapper_subclass(value):
@@ -66,3 +67,229 @@ class _FlattensTo:
     def __call__(self, v):
         attrs, ctx = v.__tensor_flatten__()
         return tuple(attrs) == self.attrs and type(ctx) is type(self.ctx) and ctx == self.ctx
+
+
+# ---- __torch_function__ subclasses -----------------------------------------------------------
+#
+# A subclass with a Python ``__torch_function__`` (torch's default one, which converts results
+# to the subclass, or the user's override) whose instances are plain tensors underneath (made by
+# ``as_subclass``, not wrappers): a graph input's fake is a plain fake tensor and its tracker
+# keeps the class (``python_cls``). Each torch call the trace records with such an argument, while
+# torch-function dispatch of subclasses is on, is first offered to the classes'
+# ``__torch_function__`` as torch's handle_torch_function does: inlined by the translator (its
+# Python is traced, the user's override too), subclasses before their bases, NotImplemented
+# passing to the next. Torch's default implementation runs ``func`` inside
+# ``DisableTorchFunctionSubclass`` (ctx.py: a count on the output graph), so the call is then
+# recorded, and its ``_convert`` calls ``as_subclass``: the same values under a tracker of the
+# class, rebuilt on the way out by ``.as_subclass(cls)`` (codegen). Metadata reads (shape, dtype,
+# device, requires_grad...) are answered from the tensor, not offered to the override; other
+# property reads of such a tensor (``x.T``) are refused.
+
+def is_plain_subclass(cls):
+    """A tensor subclass whose instances are plain tensors underneath (``as_subclass``,
+    ``Parameter`` subclasses): no ``__torch_dispatch__`` of its own, no flatten protocol."""
+    return issubclass(cls, torch.Tensor) and not is_traceable_wrapper_subclass_type(cls) and \
+        getattr(cls, "__torch_dispatch__", torch._C._disabled_torch_dispatch_impl) is \
+        torch._C._disabled_torch_dispatch_impl
+
+
+def has_python_torch_function(cls):
+    if cls is torch.Tensor or cls is torch.nn.Parameter or not issubclass(cls, torch.Tensor):
+        return False
+    return cls.__torch_function__ is not torch._C._disabled_torch_function_impl and \
+        not is_traceable_wrapper_subclass_type(cls)
+
+
+def is_traceable_wrapper_subclass_type(cls):
+    return hasattr(cls, "__tensor_flatten__") and hasattr(cls, "__tensor_unflatten__")
+
+
+def _overloaded(tx, args, kwargs):
+    """The tensor trackers whose class takes part in torch-function dispatch, in torch's order."""
+    from .lists import ListVariable, TupleVariable
+    from .tensor import TensorVariable
+    if tx.output.torch_function_subclass_disabled:
+        return []
+    found = []
+    for a in [*args, *kwargs.values()]:
+        items = a.items if isinstance(a, (ListVariable, TupleVariable)) else [a]
+        for v in items:
+            if isinstance(v, TensorVariable) and has_python_torch_function(v.python_cls):
+                found.append(v)
+    return found
+
+
+def has_torch_function(tx, args, kwargs):
+    return bool(_overloaded(tx, args, kwargs))
+
+
+def _ordered_types(overloaded):
+    types = []
+    for v in overloaded:
+        cls = v.python_cls
+        if cls in types:
+            continue
+        # a subclass goes before any of its bases already listed (torch's rule)
+        at = next((i for i, t in enumerate(types) if issubclass(cls, t)), len(types))
+        types.insert(at, cls)
+    return types
+
+
+class _Stop(Exception):
+    pass
+
+
+def _probe_operators():
+    """What torch passes to ``__torch_function__`` for each Python operator on a tensor, the tensor
+    first and (binary ones) a number first: ``(func, tensor_first)``, found by running each on a
+    probe subclass once (``1 + x`` gives ``Tensor.add`` with ``(x, 1)``, ``1 - x``
+    ``Tensor.__rsub__``, ``x / 2`` ``Tensor.div``...)."""
+    import operator
+    seen = []
+
+    class _Probe(torch.Tensor):
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            seen.append((func, bool(args) and isinstance(args[0], _Probe)))
+            raise _Stop
+
+    binary = (operator.add, operator.sub, operator.mul, operator.truediv, operator.floordiv, operator.mod,
+              operator.pow, operator.matmul, operator.and_, operator.or_, operator.xor, operator.lshift,
+              operator.rshift, operator.lt, operator.le, operator.gt, operator.ge, operator.eq, operator.ne,
+              operator.getitem)
+    unary = (operator.neg, operator.pos, operator.invert, operator.abs)
+    inplace = (operator.iadd, operator.isub, operator.imul, operator.itruediv, operator.ifloordiv,
+               operator.imod, operator.ipow, operator.imatmul, operator.iand, operator.ior, operator.ixor,
+               operator.ilshift, operator.irshift)
+    binary = binary + inplace
+    table = {}
+    t = torch.ones(2).as_subclass(_Probe)
+    for op in (*binary, *unary):
+        for number_first in ((False, True) if op in binary and op is not operator.getitem
+                             and op not in inplace else (False,)):
+            seen.clear()
+            try:
+                if op in unary:
+                    op(t)
+                elif number_first:
+                    op(2, t)
+                else:
+                    op(t, 0 if op is operator.getitem else 2)
+            except _Stop:
+                pass
+            except Exception:  # noqa: BLE001 - an operator torch does not offer: not mapped
+                continue
+            if seen:
+                table[(op, number_first)] = seen[0]
+    return table
+
+
+_OPERATORS = {}
+
+
+def probe_operators():
+    """Fill the operator table once, before a compile enters its DisableTorchFunctionSubclass
+    (convert_frame); where dispatch is off anyway (a compile started inside such a block), the
+    table stays empty and operators on these subclasses are refused."""
+    if not _OPERATORS and not torch._C._is_torch_function_enabled():
+        return
+    if not _OPERATORS:
+        _OPERATORS.update(_probe_operators())
+
+
+def _tensor_dunder(target, args):
+    """``operator.add(a, b)`` on tensors: the function and argument order torch offers to
+    ``__torch_function__`` (_probe_operators); None for another target."""
+    from .tensor import TensorVariable
+    number_first = len(args) == 2 and not isinstance(args[0], TensorVariable)
+    found = _OPERATORS.get((target, number_first))
+    if found is None:
+        return None
+    func, tensor_first = found
+    if len(args) == 2 and number_first and tensor_first:
+        return func, (args[1], args[0])
+    return func, tuple(args)
+
+
+def maybe_dispatch(tx, kind, target, args, kwargs):
+    """``target(*args, **kwargs)`` offered to the ``__torch_function__`` of the subclasses among
+    its arguments; None when none takes part (the caller records the call)."""
+    overloaded = _overloaded(tx, args, kwargs)
+    if not overloaded:
+        return None
+    if kind == "call_method":
+        func, args = getattr(torch.Tensor, target), tuple(args)
+    elif target is getattr:
+        raise Unsupported(f"attribute {args[1].as_python_constant()!r} of a {overloaded[0].python_cls.__name__} "
+                          "(a __torch_function__ subclass): not offered to its __torch_function__")
+    else:
+        dunder = _tensor_dunder(target, args)
+        if dunder is None and getattr(target, "__module__", None) in ("_operator", "operator"):
+            raise Unsupported(f"operator.{target.__name__} on a {overloaded[0].python_cls.__name__} (a "
+                              "__torch_function__ subclass): not offered to its __torch_function__")
+        func, args = dunder if dunder is not None else (target, tuple(args))
+    return dispatch(tx, func, overloaded, args, kwargs)
+
+
+def dispatch(tx, func, overloaded, args, kwargs):
+    """torch's handle_torch_function: each class's ``__torch_function__(func, types, args,
+    kwargs)``, inlined, until one returns something else than NotImplemented."""
+    from ..source import ConstObjectSource
+    from .builder import wrap_value
+    from .dicts import DictVariable
+    from .lists import TupleVariable
+    types = _ordered_types(overloaded)
+    func_var = func if isinstance(func, VariableTracker) else wrap_value(tx, func, None)
+    types_var = TupleVariable([wrap_value(tx, t, ConstObjectSource(t)) for t in types])
+    for cls in types:
+        method = wrap_value(tx, cls, ConstObjectSource(cls)).var_getattr(tx, "__torch_function__")
+        result = method.call_function(tx, [func_var, types_var, TupleVariable(list(args)),
+                                           DictVariable(dict(kwargs))], {})
+        if not (result.is_python_constant() and result.as_python_constant() is NotImplemented):
+            return result
+    raise Unsupported(f"TypeError: no implementation found for {getattr(func, '__name__', func)} "
+                      f"on types {[t.__name__ for t in types]} (every __torch_function__ returned NotImplemented)")
+
+
+def as_subclass(tx, var, cls):
+    """``t.as_subclass(cls)``: a new tensor object of ``cls`` on t's memory (an alias node)."""
+    from .tensor import TensorVariable
+    out = tx.output
+    with out.fake_mode:
+        fake = torch.ops.aten.alias.default(var.example_value)
+    node = out.graph.call_function(torch.ops.aten.alias.default, (var.node,))
+    node.meta["example_value"] = fake
+    return TensorVariable(node, fake, python_cls=cls)
+
+
+class NowrapFunctionsVariable(VariableTracker):
+    """``torch.overrides.get_default_nowrap_functions()`` (torch's default ``__torch_function__``
+    asks it): a fixed set of torch's own getters, a constant frozenset."""
+
+    def __init__(self, value, source=None):
+        super().__init__(source)
+        self.value = value
+
+    def call_function(self, tx, args, kwargs):
+        if args or kwargs:
+            raise Unsupported("get_default_nowrap_functions() takes no arguments")
+        from .constant import ConstantVariable
+        return ConstantVariable(frozenset(self.value()))
+
+
+def is_nowrap_functions(value):
+    return value is torch.overrides.get_default_nowrap_functions
+
+
+def plain_inputs(compiled, positions):
+    """The compiled graph called with the ``__torch_function__`` subclass inputs at ``positions``
+    as plain tensors (aliases, autograd kept): their overrides ran while tracing, the graph holds
+    what they did."""
+    positions = frozenset(positions)
+
+    def call(*args):
+        with torch._C.DisableTorchFunctionSubclass():
+            args = [a.as_subclass(torch.Tensor) if i in positions else a for i, a in enumerate(args)]
+        return compiled(*args)
+    call.__wrapped__ = compiled
+    return call

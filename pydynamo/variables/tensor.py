@@ -262,6 +262,12 @@ class TensorVariable(VariableTracker):
                                      "a tensor")
         if name == "size":
             return self._size_method(tx, args, kwargs)
+        if name == "as_subclass" and len(args) == 1 and not kwargs:
+            from .subclasses import as_subclass, is_plain_subclass
+            cls = args[0].as_python_constant()
+            if not (isinstance(cls, type) and is_plain_subclass(cls)):
+                raise Unsupported(f"Tensor.as_subclass({getattr(cls, '__name__', cls)}): not a plain subclass")
+            return as_subclass(tx, self, cls)
         if name in _COPY_PROTOCOL:  # Python objects in and out (a memo, a reduce tuple)
             raise Unsupported(f"Tensor.{name} (copy.deepcopy / copy.copy / pickling of a tensor) "
                               "is not modelled")

@@ -119,8 +119,9 @@ _NOT_OPS = ("torch._inductor", "torch._dynamo", "torch._functorch", "torch.fx", 
             "torch.cuda", "torch.backends", "torch.jit", "torch.autograd", "torch.profiler", "torch.export",
             "torch._subclasses", "torch.multiprocessing", "torch.hub", "torch.serialization", "torch.testing",
             "torch._library", "torch._higher_order_ops", "torch.onnx", "torch.package", "torch.mps", "torch.xpu",
-            # Python code over tensors, inlined: optimizers, LR schedulers, grad clipping, GradScaler
-            "torch.optim", "torch.nn.utils.clip_grad", "torch.amp")
+            # Python code over tensors, inlined: optimizers, LR schedulers, grad clipping, GradScaler,
+            # the default __torch_function__'s _convert
+            "torch.optim", "torch.nn.utils.clip_grad", "torch.amp", "torch._tensor")
 
 
 def is_torch_callable(value):
@@ -214,7 +215,17 @@ class TorchVariable(ObjectVariable):
         if fn in _FOLD:
             if any(fn is f for f in _HAS_TORCH_FUNCTION):  # no mode active: guarded at the entry
                 tx.output.guards.TORCH_FUNCTION_MODE()
+                from .subclasses import has_torch_function
+                relevant = args[0].unpack_var_sequence(tx) if fn is torch.overrides.has_torch_function \
+                    else list(args)
+                return ConstantVariable(has_torch_function(tx, relevant, {}))
             return ConstantVariable(_FOLD[fn])
+        if fn is torch.overrides.handle_torch_function and args:
+            from .subclasses import _overloaded, dispatch
+            overloaded = _overloaded(tx, args[1].unpack_var_sequence(tx), {})
+            if not overloaded:
+                raise Unsupported("handle_torch_function with no __torch_function__ subclass argument")
+            return dispatch(tx, args[0], overloaded, args[2:], kwargs)
         from .subgraph import check_global_state
         check_global_state(tx, fn)  # refused inside an autograd.Function's backward
         if fn is torch.is_autocast_enabled:  # its device's state, as ctx.py reads it
