@@ -164,7 +164,7 @@ ENTRIES = [
           "effects on global state happen for real. pydynamo honours the mark and breaks around "
           "the call.",
           "call it outside the compiled region",
-          (r"torch marks as never traced",),
+          (r"torch marks as never traced", r"\.step\(closure\): the closure runs the forward"),
           example="call to torch.optim.Optimizer.zero_grad, which torch marks as never traced "
                   "(torch._disable_dynamo: global state, optimizers, checkpoint internals)"),
     Break("PD205", "an explicit graph break (graph_break(), disallow_in_graph)",
@@ -340,7 +340,10 @@ ENTRIES = [
           "convert to a plain dense tensor before the compiled region",
           (r"^tensor subclass ", r"^tensors with layout ", r"^quantized tensors", r"^named tensors",
            r"inference mode or with an inference tensor", r"^isinstance of a tensor marked ",
-           r"whose class customises attribute access"),
+           r"whose class customises attribute access", r"^Tensor\.as_subclass\(",
+           r"\(a __torch_function__ subclass\): not offered", r"^handle_torch_function with no ",
+           r"^DTensor\.\w+ with no tensor argument|^\S+ with no tensor argument$",
+           r": argument .* is neither a tensor nor a constant$"),
           example="tensor subclass MyTensor"),
     Break("PD502", "a tensor attribute or method pydynamo does not model",
           "Tensor methods become graph ops; attributes are read from the fake tensor where "

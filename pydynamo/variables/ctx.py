@@ -800,7 +800,7 @@ class DisableTorchFunctionVariable(ContextManagerVariable):
     @staticmethod
     def create(tx, fn, args, kwargs):
         if args or kwargs:
-            raise Unsupported(f"{fn.__name__} takes no arguments")
+            raise Unsupported(f"TypeError: {fn.__name__}() takes no arguments")
         return DisableTorchFunctionVariable(fn)
 
     def _enter(self, tx):

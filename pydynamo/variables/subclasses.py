@@ -272,7 +272,7 @@ class NowrapFunctionsVariable(VariableTracker):
 
     def call_function(self, tx, args, kwargs):
         if args or kwargs:
-            raise Unsupported("get_default_nowrap_functions() takes no arguments")
+            raise Unsupported("TypeError: get_default_nowrap_functions() takes no arguments")
         from .constant import ConstantVariable
         return ConstantVariable(frozenset(self.value()))
 
