@@ -15,6 +15,9 @@ Modes:
           split the graph at DDP's gradient buckets)
   fsdp2   ``fully_shard`` per transformer block, then on the whole model; each block compiled
           before it is sharded (torchtitan's way; FSDP's hooks run eagerly around each block)
+  tp      tensor parallelism (llama1b): each block's projections parallelized with
+          ``parallelize_module`` (ColwiseParallel / RowwiseParallel: DTensor parameters), the whole
+          model compiled (issue 41); on one rank it measures DTensor's cost under each compiler
 
 For each (model, mode): a pydynamo+inductor copy and a torch.compile(inductor) copy of the same
 model (same initial weights, same batches), compiled by warm-up steps, then ``--rounds`` rounds
@@ -99,7 +102,15 @@ def build(args, compiler, device):
     else:
         def compile_fn(m):
             return torch.compile(m)  # backend "inductor": its graphs counted by torch's counters
-    if args.mode == "ddp":
+    if args.mode == "tp":  # tensor parallelism: DTensor parameters, the whole model compiled
+        from torch.distributed.tensor import init_device_mesh
+        from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+        mesh = init_device_mesh(device.type, (dist.get_world_size(),))
+        plan = _tp_plan(args.model)
+        for layer in blocks(model):
+            parallelize_module(layer, mesh, plan(ColwiseParallel, RowwiseParallel))
+        model = compile_fn(model)
+    elif args.mode == "ddp":
         from torch.nn.parallel import DistributedDataParallel as DDP
         ids = [device.index] if device.type == "cuda" else None
         model = compile_fn(DDP(model, device_ids=ids, bucket_cap_mb=args.bucket_cap_mb))
@@ -110,8 +121,19 @@ def build(args, compiler, device):
             layers[i] = compile_fn(layers[i])
             fully_shard(layers[i])
         fully_shard(model)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
+    # (tp: DTensor and plain parameters together, which foreach kernels refuse to mix)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=args.mode != "tp")
     return model, opt, counter
+
+
+def _tp_plan(name):
+    """Megatron-style: the first projections of attention and MLP column-wise, the last
+    row-wise (each block's output replicated)."""
+    if name != "llama1b":
+        raise SystemExit("--modes tp runs on llama1b (GPT-2's fused Conv1D attention has no plan here)")
+    return lambda col, row: {"self_attn.q_proj": col(), "self_attn.k_proj": col(), "self_attn.v_proj": col(),
+                             "self_attn.o_proj": row(), "mlp.gate_proj": col(), "mlp.up_proj": col(),
+                             "mlp.down_proj": row()}
 
 
 def batch(args, vocab, step, device):
