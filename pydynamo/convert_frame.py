@@ -163,6 +163,18 @@ def in_import(caller):
     return False
 
 
+def in_torch_dispatch(caller, depth=64):
+    """Whether the frame starts inside a ``__torch_dispatch__`` (a subclass's op handlers, called
+    by the dispatcher for each op it runs on the subclass, in eager code or while a backend traces
+    it): that is torch's dispatch, not the program; it runs eagerly, never compiled."""
+    f = caller
+    while f is not None and depth:
+        if f.f_code.co_name == "__torch_dispatch__":
+            return True
+        f, depth = f.f_back, depth - 1
+    return False
+
+
 def in_foreign_function_mode():
     """Whether a torch function mode other than a default device is active: the trace does not
     model it (guards.TORCH_FUNCTION_MODE refuses it), so the frame runs eagerly this time, and is
@@ -387,7 +399,9 @@ class ConvertFrame:
         caller = sys._getframe(1)
         if skip_reason(code, frame.f_globals, caller):
             return _C.SKIP
-        if in_backward() or in_native_checkpoint() or in_import(caller) or (
+        if code.co_name == "__torch_dispatch__":
+            return _C.SKIP  # a subclass's or mode's dispatch: Python the dispatcher runs per op
+        if in_backward() or in_native_checkpoint() or in_import(caller) or in_torch_dispatch(caller) or (
                 not self.fullgraph and in_foreign_function_mode()):
             # None, not SKIP: the same code may be a top-level frame of the forward later (a
             # user's function called from a backward hook, or optimize()d itself); SKIP is

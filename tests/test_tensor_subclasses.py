@@ -268,3 +268,54 @@ def test_compiling_never_calls_the_override_itself():
     SEEN.clear()
     pydynamo.optimize("eager")(f)(x)
     assert SEEN == seen_eager == ["mul"]
+
+
+class _Entries:
+    """The codes compiled into cache entries while entered (convert_frame's observers)."""
+
+    def __init__(self):
+        self.codes = []
+
+    def on_entry(self, code, guards, seconds):
+        self.codes.append(code)
+
+    def on_break(self, exc):
+        pass
+
+    def __enter__(self):
+        from pydynamo import convert_frame
+        convert_frame.observers.append(self)
+        return self
+
+    def __exit__(self, *exc):
+        from pydynamo import convert_frame
+        convert_frame.observers.remove(self)
+
+
+def test_torchao_float8_training_equals_eager():
+    """torchao's float8 training (installed beside the pinned torch where it can be): its linear
+    makes Float8TrainingTensor wrappers inside autograd.Functions. The subclass is made by a
+    graph node; what pydynamo cannot capture yet of those Functions breaks the graph. Results
+    and gradients equal eager's, and no frame of torch's or torchao's own (their
+    __torch_dispatch__ handlers, run by the dispatcher) is ever compiled."""
+    pytest.importorskip("torchao.float8")
+    import copy
+    from torchao.float8 import convert_to_float8_training
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 32))
+    convert_to_float8_training(m)
+    ref = copy.deepcopy(m)
+    x = torch.randn(16, 32, generator=torch.Generator().manual_seed(1))
+    expected = ref(x)
+    expected.sum().backward()
+    pydynamo.reset()
+    with _Entries() as seen:
+        got = pydynamo.optimize("aot_eager")(m)(x)
+        got.sum().backward()
+    assert torch.allclose(got, expected)
+    assert all(torch.allclose(p.grad, q.grad) for p, q in zip(m.parameters(), ref.parameters()))
+    # module forwards and autograd.Function forwards are the model's code; the subclass's op
+    # handlers (float8_ops.py, reached from __torch_dispatch__) are dispatch
+    dispatch = [c.co_qualname for c in seen.codes
+                if c.co_filename.endswith(("float8_ops.py", "float8_training_tensor.py", "_python_dispatch.py"))]
+    assert not dispatch, dispatch

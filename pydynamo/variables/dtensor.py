@@ -112,6 +112,8 @@ def _constant_arg(tx, v, what):
     """The real value of a non-tensor argument: a constant, a placement list, a mesh (guarded)."""
     from .lists import ListVariable, TupleVariable
     from .objects import UserDefinedObjectVariable
+    if v.is_python_constant():  # (a namedtuple of constants stays one)
+        return v.as_python_constant()
     if isinstance(v, (ListVariable, TupleVariable)):
         items = [_constant_arg(tx, i, what) for i in v.items]
         return items if isinstance(v, ListVariable) else tuple(items)

@@ -29,6 +29,15 @@ def is_wrapper_subclass(value):
     return type(value) not in (torch.Tensor, torch.nn.Parameter) and is_traceable_wrapper_subclass(value)
 
 
+def is_wrapper_subclass_class(cls):
+    """A traceable wrapper subclass whose ``__torch_function__`` is disabled: made in the trace
+    (``Float8TrainingTensor(data, scale, ...)``), its construction is one graph node evaluated on
+    the fakes, as DTensor.from_local is (dtensor.record_call)."""
+    return isinstance(cls, type) and issubclass(cls, torch.Tensor) and \
+        is_traceable_wrapper_subclass_type(cls) and \
+        cls.__torch_function__ is torch._C._disabled_torch_function_impl
+
+
 def check_supported(value):
     cls = type(value)
     if not is_traceable_wrapper_subclass(value):

@@ -101,6 +101,10 @@ class UserDefinedClassVariable(ObjectVariable):
         return super().call_method(tx, name, args, kwargs)
 
     def call_function(self, tx, args, kwargs):
+        from .subclasses import is_wrapper_subclass_class
+        if is_wrapper_subclass_class(self.value):  # a traceable wrapper subclass made in the trace
+            from .dtensor import record_call
+            return record_call(tx, self.value, self.value.__name__, args, kwargs)
         from .objects import construct
         from .descriptors import type_lookup
         cls = self.value
