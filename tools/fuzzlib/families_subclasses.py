@@ -1,0 +1,50 @@
+"""Feature family for tensor subclasses (issue 41): a ``__torch_function__`` subclass whose
+override counts the functions offered to it and changes one (``add`` doubled), torch's default
+subclass behaviour (a class with no override), and ``TwoTensor`` (a traceable wrapper subclass)
+read from the state; between calls the class's override is patched, the state is rebound to
+another class, and the wrapper's inner tensors are replaced. See families_tensor.py for the
+conventions (x a tensor, n a Python scalar, out the result).
+"""
+from .program import pick
+
+SUBCLASS_SRC = '''class Tf$i(torch.Tensor):
+    seen = {}
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        cls.seen[func.__name__] = cls.seen.get(func.__name__, 0) + 1
+        with torch._C.DisableTorchFunctionSubclass():
+            out = func(*args, **kwargs)
+        if func is torch.Tensor.add:
+            out = out * 2
+        return out.as_subclass(cls) if isinstance(out, torch.Tensor) else out
+
+
+class Df$i(torch.Tensor):
+    pass
+
+
+def two$i(k):
+    from torch.testing._internal.two_tensor import TwoTensor
+    return TwoTensor(torch.arange(3.0) * k, torch.ones(3) * k)
+'''
+
+
+def fam_subclass(rng, s, place):
+    s.setup = SUBCLASS_SRC.replace("$i", str(s.uid))
+    s.var = place(rng.choice(["{'t': torch.ones(3).as_subclass(Tf$i), 'w': two$i(1)}",
+                              "{'t': torch.ones(3).as_subclass(Df$i), 'w': two$i(2)}"]).replace("$i", str(s.uid)))
+    pick(rng, s, [
+        "t$i = $v['t']\nout.append(t$i + n)\nout.append(type(t$i * 2).__name__)\nout.append(1 - t$i)",
+        "t$i = $v['t']\nu$i = torch.relu(t$i).sum()\nout.append(u$i)\nout.append(type(u$i).__name__)",
+        "w$i = $v['w']\nout.append((w$i * 2 + 1).a)\nout.append(type(w$i.sin()).__name__)",
+        "out.append(x.float().as_subclass(Df$i) + 1 if x.dtype != torch.bool else n)",
+        "out.append(sorted(Tf$i.seen.items()))",
+    ], k=(1, 2))
+    s.mut("$p['t'] = torch.zeros(3).as_subclass(Df$i)".replace("$i", str(s.uid)),
+          "$p['t'] = torch.ones(3).as_subclass(Tf$i)".replace("$i", str(s.uid)),
+          "$p['w'] = two$i(3)".replace("$i", str(s.uid)),
+          "Tf$i.__torch_function__ = classmethod(lambda cls, f, t, a=(), k=None: "
+          "torch.Tensor.__torch_function__.__func__(cls, f, t, a, k))".replace("$i", str(s.uid)),
+          "Tf$i.seen.clear()".replace("$i", str(s.uid)))
