@@ -141,6 +141,10 @@ class SideEffects:
         effect = self._effects.get(("global", name))
         return effect[2] if effect is not None else None
 
+    def pending(self):
+        """The effects recorded so far, in order: (kind, target, ...) tuples (see _effects)."""
+        return list(self._effects.values())
+
     # ---- replaying ----------------------------------------------------------------------------
 
     def values(self):

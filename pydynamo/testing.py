@@ -1,4 +1,5 @@
-"""Helpers shared by tests and tools: a counting backend and result comparison."""
+"""Helpers shared by tests and tools: a counting backend, a recorder of compiled codes and
+result comparison."""
 import torch
 
 
@@ -19,6 +20,29 @@ class CompileCounter:
     def clear(self):
         self.frame_count = self.op_count = 0
         self.graphs = []
+
+
+class CompiledCodes:
+    """While entered, records the code of every cache entry compiled (convert_frame's
+    observers) in ``codes``."""
+
+    def __init__(self):
+        self.codes = []
+
+    def on_entry(self, code, guards, seconds):
+        self.codes.append(code)
+
+    def on_break(self, exc):
+        pass
+
+    def __enter__(self):
+        from . import convert_frame
+        convert_frame.observers.append(self)
+        return self
+
+    def __exit__(self, *exc):
+        from . import convert_frame
+        convert_frame.observers.remove(self)
 
 
 def same(a, b, *, exact=True, atol=1e-6, rtol=1e-5):

@@ -17,7 +17,7 @@ import torch
 
 import pydynamo
 from pydynamo import convert_frame
-from pydynamo.testing import CompileCounter
+from pydynamo.testing import CompileCounter, CompiledCodes
 
 
 @pytest.fixture(autouse=True)
@@ -88,24 +88,8 @@ def test_transformers_decode_step_with_an_eager_cache():
 
 # ---- torch's own code ------------------------------------------------------------------------
 
-class _Entries:
-    """Records the code of every entry compiled (convert_frame's observers)."""
-
-    def __init__(self):
-        self.codes = []
-
-    def on_entry(self, code, guards, seconds):
-        self.codes.append(code)
-
-    def on_break(self, exc):
-        pass
-
-    def __enter__(self):
-        convert_frame.observers.append(self)
-        return self
-
-    def __exit__(self, *exc):
-        convert_frame.observers.remove(self)
+class _Entries(CompiledCodes):
+    """Records the code of every entry compiled."""
 
     def foreign(self):
         return [f"{c.co_filename}:{c.co_firstlineno} {c.co_qualname}" for c in self.codes if c.co_filename != __file__]

@@ -10,7 +10,7 @@ import torch
 from torch.testing._internal.two_tensor import TwoTensor
 
 import pydynamo
-from pydynamo.testing import CompileCounter
+from pydynamo.testing import CompileCounter, CompiledCodes
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from subclass_defs import scaled  # noqa: E402
@@ -270,28 +270,6 @@ def test_compiling_never_calls_the_override_itself():
     assert SEEN == seen_eager == ["mul"]
 
 
-class _Entries:
-    """The codes compiled into cache entries while entered (convert_frame's observers)."""
-
-    def __init__(self):
-        self.codes = []
-
-    def on_entry(self, code, guards, seconds):
-        self.codes.append(code)
-
-    def on_break(self, exc):
-        pass
-
-    def __enter__(self):
-        from pydynamo import convert_frame
-        convert_frame.observers.append(self)
-        return self
-
-    def __exit__(self, *exc):
-        from pydynamo import convert_frame
-        convert_frame.observers.remove(self)
-
-
 def test_torchao_float8_training_equals_eager():
     """torchao's float8 training (installed beside the pinned torch where it can be): its linear
     makes Float8TrainingTensor wrappers inside autograd.Functions. The subclass is made by a
@@ -309,7 +287,7 @@ def test_torchao_float8_training_equals_eager():
     expected = ref(x)
     expected.sum().backward()
     pydynamo.reset()
-    with _Entries() as seen:
+    with CompiledCodes() as seen:
         got = pydynamo.optimize("aot_eager")(m)(x)
         got.sum().backward()
     assert torch.allclose(got, expected)

@@ -197,87 +197,18 @@ def _builtin_on_sizes(tx, fn, args, kwargs):
     """A pure builtin on symbolic sizes: ``int(n)`` is ``n``, ``max``/``min`` of two stay
     symbolic; anything else is computed on the sizes' values, which guards them."""
     import torch
-    from .sym import SymNodeVariable
+    from .sym import SYM_MATH, SymNodeVariable, finite_for_guarded_ints
     if fn is int and len(args) == 1 and not kwargs and args[0].python_type() is int:
         return args[0]
     if fn in (max, min) and len(args) == 2 and not kwargs:
         target = torch.sym_max if fn is max else torch.sym_min
         return tx.output.call_graph(tx, "call_function", target, tuple(args), {})
-    if fn in _SYM_MATH and len(args) == 1 and not kwargs and isinstance(args[0], SymNodeVariable) \
-            and _finite_for_guarded_ints(args[0].value):
-        return tx.output.call_graph(tx, "call_function", _SYM_MATH[fn], (args[0],), {})
+    if fn in SYM_MATH and len(args) == 1 and not kwargs and isinstance(args[0], SymNodeVariable) \
+            and finite_for_guarded_ints(args[0].value):
+        return tx.output.call_graph(tx, "call_function", SYM_MATH[fn], (args[0],), {})
     def concrete(a):
         return ConstantVariable(a.as_python_constant()) if isinstance(a, SymNodeVariable) else a
     return fold(fn, [concrete(a) for a in args], {k: concrete(v) for k, v in kwargs.items()})
-
-
-# math functions defined (never raising) on every finite float, kept symbolic (a learning-rate
-# schedule's math.cos of a step counter): a SymFloat node, so a changing counter does not recompile.
-# (sqrt, acos, log2... raise outside their domain: their argument is specialized, as before.)
-_SYM_MATH = {math.cos: torch._sym_cos, math.sin: torch._sym_sin, math.tan: torch._sym_tan,
-             math.tanh: torch._sym_tanh, math.atan: torch._sym_atan}
-
-_DIVIDING = (operator.truediv, operator.floordiv, operator.mod, operator.pow)
-
-
-def _may_be_zero(value):
-    """Whether the symbolic ``value`` may be 0 for the values its symbols may take."""
-    from torch.utils._sympy.value_ranges import bound_sympy
-    try:
-        bound = bound_sympy(value.node.expr, value.node.shape_env.var_to_range)
-    except Exception:
-        return True
-    return not (bound.lower > 0 or bound.upper < 0)
-
-
-def _guard_nonzero_divisor(op, a, b):
-    """``a / b`` on symbolic numbers: Python raises ZeroDivisionError for a zero divisor (and for
-    ``0 ** negative``), a compiled graph computes inf or garbage. A divisor that may be zero is
-    guarded nonzero (a float one cannot be: its frame recompiles with static values); one that is
-    zero now is specialized, so the division raises while tracing, as Python does."""
-    from .sym import SymNodeVariable
-    if op is operator.pow:
-        # 0 ** -1 raises: a symbolic exponent is specialized; a base that may be 0 with a negative
-        # exponent is guarded nonzero
-        exponent = b.as_python_constant()
-        if not (isinstance(a, SymNodeVariable) and exponent < 0):
-            return
-        b = a
-    if isinstance(b, SymNodeVariable) and _may_be_zero(b.value):
-        from .sym import _concrete
-        if not _concrete(bool, b.value != 0):
-            b.as_python_constant()  # zero: specialized, the operation raises while tracing
-
-
-# |int symbol| bound guarded before a symbolic math call, so its argument is provably finite
-_SYM_INT_BOUND = 2 ** 53
-
-
-def _finite_for_guarded_ints(value):
-    """Whether ``value`` (a SymInt/SymFloat) is finite for every value its symbols may take once
-    each integer symbol is guarded to |s| <= 2**53: Python's math.cos(inf) raises where the
-    symbolic cos would give nan, so a possibly infinite argument is refused (specialized)."""
-    import sympy
-    from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
-    expr = value.node.expr
-    env = value.node.shape_env
-    hints = getattr(env, "backed_var_to_val", None) or env.var_to_val
-    syms = expr.free_symbols
-    if not syms or not all(hints.get(s) is not None and s.is_integer for s in syms):
-        return False
-    ranges = {s: ValueRanges(-_SYM_INT_BOUND, _SYM_INT_BOUND) for s in syms}
-    try:
-        bound = bound_sympy(expr, ranges)
-    except Exception:
-        return False
-    if not all(v.is_finite and abs(float(v)) < 1e300 for v in (sympy.sympify(bound.lower),
-                                                                 sympy.sympify(bound.upper))):
-        return False
-    for s in syms:  # the guards the bound relied on
-        n = env.create_symintnode(s, hint=int(hints[s]))
-        if not (bool(n <= _SYM_INT_BOUND) and bool(n >= -_SYM_INT_BOUND)):
-            return False
-    return True
 
 
 # The special methods behind the binary operators, (normal, reflected); in-place ones first try
@@ -375,8 +306,9 @@ def _make_binary(fn):
             # a number has no in-place method: `n += t` is `n + t` (and a graph's code cannot
             # print `1 += t`)
             op = fn if isinstance(a, TensorVariable) else _INPLACE_OF.get(fn, fn)
-            if not _any_tensor(a, b) and op in _DIVIDING:
-                _guard_nonzero_divisor(op, a, b)
+            if not _any_tensor(a, b):
+                from .sym import guard_nonzero_divisor
+                guard_nonzero_divisor(op, a, b)
             return tx.output.call_graph(tx, "call_function", op, (a, b), {})
         from .stdlib import typing_compare
         typed = typing_compare(tx, fn, a, b) if fn in (operator.eq, operator.ne) else None

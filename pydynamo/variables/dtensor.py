@@ -49,10 +49,7 @@ def is_dtensor_class(cls):
 def is_dtensor_api(fn):
     """``DTensor.from_local`` / ``distribute_tensor``: recorded as graph nodes."""
     mod = _module()
-    if mod is None:
-        return False
-    return fn is getattr(mod.DTensor.from_local, "__func__", mod.DTensor.from_local) or \
-        fn is mod.DTensor.from_local or fn is getattr(mod, "distribute_tensor", None)
+    return mod is not None and (fn is mod.DTensor.from_local or fn is mod.distribute_tensor)
 
 
 class PlacementClassVariable(VariableTracker):

@@ -79,7 +79,7 @@ def _nothing_pending(tx, opt_var):
     if "state" in opt_var.attrs or any(name == state or name.startswith((state + "[", state + "."))
                                        for name in tx.output.tracked_sources):
         return False  # the trace read the state as it was: its tracker and guards would be stale
-    for effect in tx.output.side_effects._effects.values():
+    for effect in tx.output.side_effects.pending():
         kind = effect[0]
         if kind == "call":
             continue
