@@ -429,7 +429,12 @@ class ConvertFrame:
             logs.get("recompiles").info("recompiling %s: %s", _where(code), self._failures(frame, code))
         if not cache_size:  # a code's first compile (or first since a reset) specializes
             _frame_state.pop(code, None)
-        entry = self._compile(frame, code)
+        from .variables.subclasses import probe_operators
+        probe_operators()
+        # the compiler's own reads of the inputs (fake tensors, guards, guard sets) never call a
+        # subclass's __torch_function__
+        with torch._C.DisableTorchFunctionSubclass():
+            entry = self._compile(frame, code)
         if instance is not None and isinstance(entry, _C.CacheEntry):
             try:
                 counts = _instance_entries.setdefault(code, weakref.WeakKeyDictionary())
@@ -482,13 +487,10 @@ class ConvertFrame:
     def _compile(self, frame, code):
         from .shapes import ConstraintViolationError
         from .api import compiling
-        from .variables.subclasses import probe_operators
         t0 = time.perf_counter()
         try:
-            # torch.compiler.is_compiling() reads True meanwhile; the compiler's own reads of
-            # the inputs (fake tensors, guards) never call a subclass's __torch_function__
-            probe_operators()
-            with compiling(), collector_off(), torch._C.DisableTorchFunctionSubclass():
+            # torch.compiler.is_compiling() reads True meanwhile
+            with compiling(), collector_off():
                 new_code, checks = self._convert(frame, code)
         except ConstraintViolationError as e:
             e._pydynamo_propagate = True
