@@ -120,7 +120,37 @@ static void free_tensor_spec(TensorSpec *t)
     Py_XDECREF(t->requires_grad); Py_XDECREF(t->d_dtype); Py_XDECREF(t->d_device);
     Py_XDECREF(t->d_layout); Py_XDECREF(t->d_requires_grad); Py_XDECREF(t->d_shape);
     Py_XDECREF(t->d_stride); Py_XDECREF(t->d_is_inference); Py_XDECREF(t->d_is_conj); Py_XDECREF(t->d_is_neg);
+    Py_XDECREF(t->overrides_off);
     PyMem_Free(t->sizes); PyMem_Free(t->strides); PyMem_Free(t);
+}
+
+/* For a subclass of torch's TensorBase: *reader = TensorBase (its getters read the tensor, not a
+ * subclass's Python properties), and *overrides_off = DisableTorchFunctionSubclass when the type
+ * has a __torch_function__ of its own (torch.Tensor has none that runs, Parameter's is disabled).
+ * Other types (not torch objects) keep their own getters. 0, or -1 with an exception. */
+static int tensor_base_of(PyObject *type, PyObject **reader, PyObject **overrides_off)
+{
+    PyObject *tc = PyImport_ImportModule("torch._C"), *torch_mod = NULL;
+    if (tc == NULL) { PyErr_Clear(); return 0; }
+    PyObject *base = PyObject_GetAttrString(tc, "TensorBase");
+    PyObject *disabled = PyObject_GetAttrString(tc, "_disabled_torch_function_impl");
+    PyObject *off = PyObject_GetAttrString(tc, "DisableTorchFunctionSubclass");
+    PyObject *plain = NULL;
+    int rc = -1;
+    if (base == NULL || disabled == NULL || off == NULL) goto done;
+    if (!PyType_Check(base) || !PyType_IsSubtype((PyTypeObject *)type, (PyTypeObject *)base)) { rc = 0; goto done; }
+    *reader = base;
+    if ((torch_mod = PyImport_ImportModule("torch")) == NULL || (plain = PyObject_GetAttrString(torch_mod, "Tensor")) == NULL)
+        goto done;
+    PyObject *key = PyUnicode_InternFromString("__torch_function__");
+    if (key == NULL) goto done;
+    PyObject *tf = _PyType_Lookup((PyTypeObject *)type, key); /* borrowed; a classmethod or the builtin */
+    Py_DECREF(key);
+    if (type != plain && tf != NULL && tf != disabled) *overrides_off = Py_NewRef(off);
+    rc = 0;
+done:
+    Py_XDECREF(tc); Py_XDECREF(torch_mod); Py_XDECREF(base); Py_XDECREF(disabled); Py_XDECREF(off); Py_XDECREF(plain);
+    return rc;
 }
 
 static int parse_tensor_spec(PyObject *value, Check *c)
@@ -142,12 +172,14 @@ static int parse_tensor_spec(PyObject *value, Check *c)
     t->layout = Py_NewRef(layout); t->requires_grad = Py_NewRef(rg);
     t->flags = (inference == Py_True ? PYD_TENSOR_INFERENCE : 0) | (conj == Py_True ? PYD_TENSOR_CONJ : 0) |
                (neg == Py_True ? PYD_TENSOR_NEG : 0);
-    if (!(t->d_dtype = lookup_descr(type, "dtype")) || !(t->d_device = lookup_descr(type, "device")) ||
-        !(t->d_layout = lookup_descr(type, "layout")) ||
-        !(t->d_requires_grad = lookup_descr(type, "requires_grad")) ||
-        !(t->d_shape = lookup_descr(type, "shape")) || !(t->d_stride = lookup_descr(type, "stride")) ||
-        !(t->d_is_inference = lookup_descr(type, "is_inference")) ||
-        !(t->d_is_conj = lookup_descr(type, "is_conj")) || !(t->d_is_neg = lookup_descr(type, "is_neg")))
+    PyObject *reader = type; /* whose getters the portable path calls */
+    if (tensor_base_of(type, &reader, &t->overrides_off) < 0) return -1;
+    if (!(t->d_dtype = lookup_descr(reader, "dtype")) || !(t->d_device = lookup_descr(reader, "device")) ||
+        !(t->d_layout = lookup_descr(reader, "layout")) ||
+        !(t->d_requires_grad = lookup_descr(reader, "requires_grad")) ||
+        !(t->d_shape = lookup_descr(reader, "shape")) || !(t->d_stride = lookup_descr(reader, "stride")) ||
+        !(t->d_is_inference = lookup_descr(reader, "is_inference")) ||
+        !(t->d_is_conj = lookup_descr(reader, "is_conj")) || !(t->d_is_neg = lookup_descr(reader, "is_neg")))
         return -1;
     if (!PyTuple_Check(sizes)) { PyErr_SetString(PyExc_TypeError, "TENSOR_MATCH: sizes must be a tuple"); return -1; }
     t->ndim = PyTuple_GET_SIZE(sizes);

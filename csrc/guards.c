@@ -232,10 +232,10 @@ static int int_tuple_matches(PyObject *tup, const int64_t *want, Py_ssize_t n, c
     return 1;
 }
 
-static int tensor_matches(const TensorSpec *t, PyObject *v, const char **detail)
+/* The portable path: the metadata read through torch's own getters (looked up on TensorBase for
+ * a tensor type, so a subclass's Python overrides of them are not what is read). */
+static int tensor_reads_match(const TensorSpec *t, PyObject *v, const char **detail)
 {
-    if ((PyObject *)Py_TYPE(v) != t->type) { *detail = "type"; return 0; }
-    if (t->fast) return fast_api->check(v, &t->spec, t->sizes, t->strides, t->ndim, detail);
     PyObject *x;
     int r;
 #define SAME_AS(descr, want, name)                                       \
@@ -269,6 +269,29 @@ static int tensor_matches(const TensorSpec *t, PyObject *v, const char **detail)
     if (x == NULL) return -1;
     r = int_tuple_matches(x, t->strides, t->ndim, detail, "stride");
     Py_DECREF(x);
+    return r;
+}
+
+/* A tensor subclass with a __torch_function__ would see those getters as calls offered to it:
+ * they are read with subclass overrides off (torch._C.DisableTorchFunctionSubclass), as the
+ * C++ fast path reads the tensor itself. */
+static int tensor_matches(const TensorSpec *t, PyObject *v, const char **detail)
+{
+    if ((PyObject *)Py_TYPE(v) != t->type) { *detail = "type"; return 0; }
+    if (t->fast) return fast_api->check(v, &t->spec, t->sizes, t->strides, t->ndim, detail);
+    if (t->overrides_off == NULL) return tensor_reads_match(t, v, detail);
+    PyObject *ctx = PyObject_CallNoArgs(t->overrides_off), *res;
+    if (ctx == NULL) return -1;
+    if ((res = PyObject_CallMethod(ctx, "__enter__", NULL)) == NULL) { Py_DECREF(ctx); return -1; }
+    Py_DECREF(res);
+    int r = tensor_reads_match(t, v, detail);
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    res = PyObject_CallMethod(ctx, "__exit__", "OOO", Py_None, Py_None, Py_None);
+    Py_DECREF(ctx);
+    if (res == NULL) { Py_XDECREF(et); Py_XDECREF(ev); Py_XDECREF(tb); return -1; }
+    Py_DECREF(res);
+    PyErr_Restore(et, ev, tb);
     return r;
 }
 

@@ -48,6 +48,8 @@ typedef struct {
     Py_ssize_t ndim;
     int64_t *sizes, *strides; /* ANY_SIZE = not checked (a dynamic dimension) */
     int fast;                 /* checked by the C++ fast path (tensor_guard.h) */
+    PyObject *overrides_off;  /* torch._C.DisableTorchFunctionSubclass where the portable path must
+                                 read with a subclass's __torch_function__ off; else NULL */
     PydFastTensorSpec spec;
 } TensorSpec;
 

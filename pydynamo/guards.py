@@ -292,12 +292,49 @@ def _ndarray_range(v):
 
 def overlapping_pairs(values, changed):
     """The pairs ``(i, j)``, i < j, of ``values`` whose memory ranges intersect, where the graph
-    changes at least one of the two (``changed``: a set of indices). In C++ where the fast tensor
-    module is built (_tensor_guard), else here."""
+    changes at least one of the two (``changed``: a set of indices). A traceable wrapper subclass
+    (its storage holds no memory of its own) is the memory of its inner tensors. In C++ where the
+    fast tensor module is built (_tensor_guard), else here, with ``__torch_function__`` overrides
+    off (reading a storage is an overridable call)."""
+    leaves, owner = _memory_leaves(values)
+    if owner is not None:
+        flat = _overlaps(leaves, {k for k, i in enumerate(owner) if i in changed})
+        return frozenset((min(owner[a], owner[b]), max(owner[a], owner[b])) for a, b in flat
+                         if owner[a] != owner[b])
+    return _overlaps(values, changed)
+
+
+def _memory_leaves(values):
+    """(values, None) when none is a wrapper subclass; else the tensors whose memory they are
+    (each wrapper subclass replaced by its inner tensors, recursively) and, per leaf, the index of
+    the value it came from."""
+    if all(type(v) in _PLAIN_TENSORS or not isinstance(v, torch.Tensor) for v in values):
+        return values, None
+    from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+    leaves, owner = [], []
+
+    def add(v, i):
+        if isinstance(v, torch.Tensor) and is_traceable_wrapper_subclass(v):
+            for name in v.__tensor_flatten__()[0]:
+                add(getattr(v, name), i)
+        else:
+            leaves.append(v)
+            owner.append(i)
+    with torch._C.DisableTorchFunctionSubclass():
+        for i, v in enumerate(values):
+            add(v, i)
+    return leaves, owner
+
+
+_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+
+
+def _overlaps(values, changed):
     if _fast_pairs is not None:
         return _fast_pairs(tuple(values), changed, _ndarray_range)
-    ranges = sorted((r[0], r[1], i) for i, r in ((i, memory_range(v)) for i, v in enumerate(values))
-                    if r is not None)
+    with torch._C.DisableTorchFunctionSubclass():
+        ranges = sorted((r[0], r[1], i) for i, r in ((i, memory_range(v)) for i, v in enumerate(values))
+                        if r is not None)
     pairs = set()
     for k, (start, end, i) in enumerate(ranges):
         for start2, _, j in ranges[k + 1:]:

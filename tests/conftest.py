@@ -28,6 +28,11 @@ if C_ONLY:
     collect_ignore_glob = [n for n in os.listdir(os.path.dirname(__file__) or ".")
                            if n.startswith("test_") and n.endswith(".py") and n not in _c_tests] + ["gpu"]
 
+# PYDYNAMO_TESTS_PORTABLE_GUARDS=1: as where pydynamo._tensor_guard was not built (pip's isolated
+# build has no torch to build it against): tensor guards and memory overlaps take the portable path
+if os.environ.get("PYDYNAMO_TESTS_PORTABLE_GUARDS") == "1":
+    sys.modules["pydynamo._tensor_guard"] = None
+
 # Generated kernels and the triton backend's graph index go to one temporary directory per
 # test session (tests needing their own use tmp_path), removed when the process exits (also
 # after a usage error, where pytest never configures the session)

@@ -311,3 +311,41 @@ def test_jagged_nested_tensor_breaks_with_its_name():
     assert any("NestedTensor with a Python __torch_function__" in str(b.reason) for b in explained.break_reasons)
     got = pydynamo.optimize("eager")(f)(nt)
     assert type(got) is type(nt) and torch.allclose(got.values(), f(nt).values())
+
+
+def test_an_input_changed_in_place_that_is_a_wrapper_subclass_inner_tensor():
+    """A wrapper subclass's memory is its inner tensors': when another input changed in place is
+    one of them, the graph traced apart from it must not serve it (found by the fuzzer's subclass
+    family; the wrapper's own storage holds no memory, so it looked as if nothing overlapped)."""
+    def f(t, a):
+        a.add_(1)
+        return t * 2
+
+    def run(fn, alias):
+        a = torch.zeros(3)
+        t = TwoTensor(a if alias else torch.zeros(3), torch.ones(3))
+        out = fn(t, a)
+        return out.a.clone(), out.b.clone(), a.clone()
+    pydynamo.reset()
+    cnt = CompileCounter()
+    cf = pydynamo.optimize(cnt)(f)
+    for alias in (False, True, False, True):
+        expected, got = run(f, alias), run(cf, alias)
+        assert all(torch.equal(e, g) for e, g in zip(expected, got)), (alias, expected, got)
+    assert cnt.frame_count == 2  # one graph per layout of the overlap
+
+
+def test_portable_tensor_guards_read_a_subclass_with_its_override_off():
+    """The portable TENSOR_MATCH path (pydynamo._tensor_guard not built, as after a build without
+    torch) reads metadata through torch's getters: a __torch_function__ subclass must not see
+    them as calls, and the memory of a wrapper subclass is read from its inner tensors. This
+    file's tests, run again in a process where the C++ module cannot be imported."""
+    import subprocess
+    if os.environ.get("PYDYNAMO_TESTS_PORTABLE_GUARDS") == "1":
+        from pydynamo import _C
+        assert not _C.fast_tensor_guards()
+        return
+    env = dict(os.environ, PYDYNAMO_TESTS_PORTABLE_GUARDS="1")
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__],
+                       env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]

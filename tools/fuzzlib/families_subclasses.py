@@ -2,7 +2,8 @@
 override counts the functions offered to it and changes one (``add`` doubled), torch's default
 subclass behaviour (a class with no override), and ``TwoTensor`` (a traceable wrapper subclass)
 read from the state; between calls the class's override is patched, the state is rebound to
-another class, and the wrapper's inner tensors are replaced. See families_tensor.py for the
+another class, the wrapper's inner tensors are replaced, and a tensor changed in place is made
+the wrapper's inner tensor or another. See families_tensor.py for the
 conventions (x a tensor, n a Python scalar, out the result).
 """
 from .program import pick
@@ -33,18 +34,22 @@ def two$i(k):
 
 def fam_subclass(rng, s, place):
     s.setup = SUBCLASS_SRC.replace("$i", str(s.uid))
-    s.var = place(rng.choice(["{'t': torch.ones(3).as_subclass(Tf$i), 'w': two$i(1)}",
-                              "{'t': torch.ones(3).as_subclass(Df$i), 'w': two$i(2)}"]).replace("$i", str(s.uid)))
+    s.var = place(rng.choice(["{'t': torch.ones(3).as_subclass(Tf$i), 'w': two$i(1), 'a': torch.zeros(3)}",
+                              "{'t': torch.ones(3).as_subclass(Df$i), 'w': two$i(2), 'a': torch.zeros(3)}"]
+                             ).replace("$i", str(s.uid)))
     pick(rng, s, [
         "t$i = $v['t']\nout.append(t$i + n)\nout.append(type(t$i * 2).__name__)\nout.append(1 - t$i)",
         "t$i = $v['t']\nu$i = torch.relu(t$i).sum()\nout.append(u$i)\nout.append(type(u$i).__name__)",
         "w$i = $v['w']\nout.append((w$i * 2 + 1).a)\nout.append(type(w$i.sin()).__name__)",
         "out.append(x.float().as_subclass(Df$i) + 1 if x.dtype != torch.bool else n)",
         "out.append(sorted(Tf$i.seen.items()))",
+        # an input changed in place that may be the wrapper's inner tensor (the mutations below)
+        "$v['a'].add_(1)\nout.append(($v['w'] * 1).a)",
     ], k=(1, 2))
     s.mut("$p['t'] = torch.zeros(3).as_subclass(Df$i)".replace("$i", str(s.uid)),
           "$p['t'] = torch.ones(3).as_subclass(Tf$i)".replace("$i", str(s.uid)),
           "$p['w'] = two$i(3)".replace("$i", str(s.uid)),
           "Tf$i.__torch_function__ = classmethod(lambda cls, f, t, a=(), k=None: "
           "torch.Tensor.__torch_function__.__func__(cls, f, t, a, k))".replace("$i", str(s.uid)),
-          "Tf$i.seen.clear()".replace("$i", str(s.uid)))
+          "Tf$i.seen.clear()".replace("$i", str(s.uid)),
+          "$p['a'] = $p['w'].a", "$p['a'] = torch.zeros(3)")
