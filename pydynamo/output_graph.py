@@ -113,6 +113,24 @@ class OutputGraph:
         self.inputs[key] = (source, sym, var)  # backends get the SymInt, as torch.compile's do
         return var
 
+    def add_size_input(self, source, dim, sym):
+        """The symbolic size ``sym`` of tensor input ``source`` at ``dim``, a graph input of its
+        own: a jagged NestedTensor's nested int, which its inner tensors' sizes do not give
+        (AOTAutograd tracks it by this placeholder, as under torch.compile)."""
+        from .source import TensorSizeSource
+        from .variables.sym import SymNodeVariable
+        src = TensorSizeSource(source, dim)
+        if src.name() in self.inputs:
+            return self.inputs[src.name()][2]
+        for _, value, var in self.inputs.values():  # the symbol is an input already
+            if isinstance(value, torch.SymInt) and value.node.expr == sym.node.expr:
+                return var
+        node = self._placeholder(src)
+        node.meta["example_value"] = sym
+        var = SymNodeVariable(node, sym, src)
+        self.inputs[src.name()] = (src, sym, var)
+        return var
+
     def add_graph_input(self, source, value, static=False):
         """A tensor graph input; its sizes are symbolic where the dynamic policy says so (then
         its guards are added when the trace ends, see finish_guards), never if ``static``."""
@@ -352,18 +370,22 @@ class OutputGraph:
         gm.recompile()
         self.graph_module = gm
         example_inputs = [value for _, value, _ in self.inputs.values()]
-        from .variables.subclasses import has_python_torch_function, plain_inputs
-        subclassed = [i for i, v in enumerate(example_inputs)
+        from .variables.subclasses import has_python_torch_function, is_wrapper_with_torch_function, \
+            subclass_inputs
+        overridden = [i for i, v in enumerate(example_inputs)
                       if isinstance(v, torch.Tensor) and has_python_torch_function(type(v))]
+        wrappers = [i for i in overridden if is_wrapper_with_torch_function(type(example_inputs[i]))]
+        subclassed = [i for i in overridden if i not in wrappers]
         if subclassed:  # the trace applied their __torch_function__: the graph takes plain tensors
             example_inputs = [v.as_subclass(torch.Tensor) if i in subclassed else v
                               for i, v in enumerate(example_inputs)]
         try:
-            if self.shapes.used or self.subgraphs:
+            if self.shapes.used or self.subgraphs or wrappers:
                 # as torch.compile does: the backend's fake tensors and guards (Inductor's
                 # divisibility assumptions) go to this graph's ShapeEnv, whose facts are guarded;
                 # higher-order ops' bodies are retraced in it (a while_loop's unbacked sizes;
-                # Inductor lowers scan and map to while loops that index by ``.item()``)
+                # Inductor lowers scan and map to while loops that index by ``.item()``); a jagged
+                # NestedTensor input's nested int lives in it
                 from torch._guards import TracingContext, tracing
                 saved = self.fake_mode.allow_scalar_outputs
                 self.fake_mode.allow_scalar_outputs = saved or bool(self.subgraphs)
@@ -376,8 +398,8 @@ class OutputGraph:
                 compiled = self.backend(gm, example_inputs)
         except Exception as e:
             raise BackendCompilerFailed(self.backend, e) from e
-        if subclassed:
-            compiled = plain_inputs(compiled, subclassed)
+        if overridden:
+            compiled = subclass_inputs(compiled, subclassed, bool(wrappers))
         # the flags it compiled by (backends/__init__.py): all, for a backend that does not say
         self.guards.BACKEND_FLAGS(getattr(self.backend, "reads_global_flags", None))
         name = f"__compiled_fn_{next(_compiled_fn_ids)}"

@@ -198,6 +198,7 @@ class ShapeTracker:
         self.unbacked = False  # some op gave an unbacked symbol
         self.tensors = []  # (source, real tensor, fake, marked dims) with a symbolic dimension
         self.ints = []     # (source, SymInt)
+        self.contexts = {}  # index in tensors -> the symbolic context of a jagged NestedTensor's
         self._names = {}   # identifier -> our Source
 
     def _src(self, source):
@@ -207,6 +208,8 @@ class ShapeTracker:
 
     def fakify(self, fake_mode, source, value):
         """The fake tensor for graph input ``value`` read by ``source``."""
+        if has_nested_int(value):
+            return self._fakify_jagged(fake_mode, source, value)
         dims, marked = self.policy.tensor_dims(source, value)
         if not dims:
             return fake_mode.from_tensor(value, static_shapes=True)
@@ -217,6 +220,34 @@ class ShapeTracker:
         # the symbol of each marked dimension, to find where the program specialized it
         marked = {d: fake.size(d).node.expr for d in marked if isinstance(fake.size(d), torch.SymInt)}
         self.tensors.append((source, value, fake, marked))
+        return fake
+
+    def _fakify_jagged(self, fake_mode, source, value):
+        """A jagged NestedTensor input: its ragged size a symbol (torch's nested int, tied to its
+        offsets), as torch.compile makes it; the inner tensors' sizes as torch's fake mode makes
+        them (the values' ragged length symbolic), and the cached min/max sequence lengths symbolic
+(a new batch's lengths do not recompile; a new batch size does). The outer sizes follow from the inner tensors,
+        which the SHAPE_ENV check and the inner TENSOR_MATCHes guard (subclasses.guard_subclass)."""
+        from torch.fx.experimental.symbolic_shapes import SubclassSymbolicContext
+        from .source import AttrSource
+        src = self._src(source)
+
+        def inner(name):
+            t = getattr(value, name)
+            dims = {0} if name in _SEQLEN_ATTRS and t.dim() else set()
+            return StatelessSymbolicContext(
+                dynamic_sizes=[DimDynamic.DYNAMIC if i in dims else DimDynamic.STATIC for i in range(t.dim())],
+                constraint_sizes=[None] * t.dim())
+        attrs, _ = value.__tensor_flatten__()
+        with torch._C.DisableTorchFunctionSubclass():
+            sizes = value.size()
+        ctx = SubclassSymbolicContext(
+            dynamic_sizes=[DimDynamic.DYNAMIC if _is_nested_int(s) else DimDynamic.STATIC for s in sizes],
+            constraint_sizes=[None] * len(sizes), inner_contexts={a: inner(a) for a in attrs},
+            tensor_source=src, shape_env_to_source_to_symbol_cache={}, track_outer_size_stride=False)
+        fake = fake_mode.from_tensor(value, symbolic_context=ctx, source=src)
+        self.tensors.append((source, value, fake, {}))
+        self.contexts[len(self.tensors) - 1] = ctx
         return fake
 
     def symint(self, source, value):
@@ -288,20 +319,40 @@ class ShapeTracker:
         """Add to GuardBuilder ``guards``: TENSOR_MATCH for the symbolic inputs (sizes and strides
         that stayed constant are checked there, the symbolic ones are None) and one SHAPE_ENV
         check with every fact the ShapeEnv holds."""
-        for source, value, fake, _ in self.tensors:
-            guards.TENSOR_MATCH(source, value, sizes=_concrete(fake.size()), strides=_concrete(fake.stride()))
+        for i, (source, value, fake, _) in enumerate(self.tensors):
+            if i not in self.contexts:  # (a jagged NestedTensor's: subclasses.guard_subclass)
+                guards.TENSOR_MATCH(source, value, sizes=concrete_ints(fake.size()), strides=concrete_ints(fake.stride()))
         for source, _ in self.ints:
             guards.TYPE_MATCH(source, 0)
         placeholders = [fake for _, _, fake, _ in self.tensors] + [sym for _, sym in self.ints]
         sources = [_Src(ident) for ident in self._names]
-        exprs = self.shape_env.produce_guards(placeholders, sources)
+        contexts = [self.contexts.get(i) for i in range(len(placeholders))]
+        exprs = self.shape_env.produce_guards(placeholders, sources, input_contexts=contexts)
         if exprs:
             compiler = _FactCompiler(self._names)
             facts = tuple((compiler.compile(e), compiler.text(e)) for e in exprs)
             guards.SHAPE_ENV(tuple(compiler.bindings), facts)
 
 
-def _concrete(ints):
+# a jagged NestedTensor's cached min/max sequence lengths, held as the size of a tensor: symbolic
+# from the first call (a new batch's lengths do not recompile)
+_SEQLEN_ATTRS = ("_min_seqlen_tensor", "_max_seqlen_tensor")
+
+
+def _is_nested_int(s):
+    return isinstance(s, torch.SymInt) and s.node.is_nested_int()
+
+
+def has_nested_int(value):
+    """A jagged NestedTensor (a wrapper subclass whose outer sizes hold a nested int)."""
+    from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+    if type(value) is torch.Tensor or not is_traceable_wrapper_subclass(value):
+        return False
+    with torch._C.DisableTorchFunctionSubclass():
+        return any(_is_nested_int(s) for s in value.size())
+
+
+def concrete_ints(ints):
     out = []
     for s in ints:
         if isinstance(s, torch.SymInt):
@@ -330,26 +381,38 @@ class _FactCompiler:
         self._emit(ast.parse(expr, mode="eval").body, out)
         return tuple(out)
 
-    def _bind(self, ident, prop, dim):
+    def _bind(self, base, prop, dim):
+        ident, attrs = base
         if ident not in self.names:
             raise ShapeGuardUnsupported(f"unknown source {ident}")
-        key = (ident, prop, dim)
+        key = (ident, attrs, prop, dim)
         if key not in self._index:
             self._index[key] = len(self.bindings)
-            self.bindings.append((self.names[ident].steps(), prop, dim))
+            self.bindings.append((self.names[ident].steps() + tuple(("a", a) for a in attrs), prop, dim))
         return ("v", self._index[key])
 
+    @staticmethod
+    def _base(node):
+        """``__sN`` or an inner tensor of one (``__sN._values``: a subclass input's, read by
+        attribute as its flatten protocol names it): (ident, attribute names), or None."""
+        attrs = []
+        while isinstance(node, ast.Attribute):
+            attrs.append(node.attr)
+            node = node.value
+        return (node.id, tuple(reversed(attrs))) if isinstance(node, ast.Name) else None
+
     def _read(self, node):
-        """A binding read: __sN, __sN.size()[i], __sN.stride()[i], __sN.storage_offset()."""
+        """A binding read: __sN, __sN.size()[i], __sN.stride()[i], __sN.storage_offset() (of
+        __sN or of an inner tensor, __sN._values.size()[i])."""
         if isinstance(node, ast.Name):
-            return self._bind(node.id, "int", 0)
+            return self._bind((node.id, ()), "int", 0)
         if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Call) \
                 and isinstance(node.value.func, ast.Attribute) and isinstance(node.slice, ast.Constant) \
-                and node.value.func.attr in ("size", "stride") and isinstance(node.value.func.value, ast.Name):
-            return self._bind(node.value.func.value.id, node.value.func.attr, node.slice.value)
+                and node.value.func.attr in ("size", "stride") and self._base(node.value.func.value) is not None:
+            return self._bind(self._base(node.value.func.value), node.value.func.attr, node.slice.value)
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
-                and node.func.attr == "storage_offset" and isinstance(node.func.value, ast.Name):
-            return self._bind(node.func.value.id, "storage_offset", 0)
+                and node.func.attr == "storage_offset" and self._base(node.func.value) is not None:
+            return self._bind(self._base(node.func.value), "storage_offset", 0)
         return None
 
     def _emit(self, node, out):

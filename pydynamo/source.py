@@ -130,6 +130,29 @@ class AttrSource(Source):
         codegen.append(bu.create_load_attr(self.member))
 
 
+class TensorSizeSource(Source):
+    """``base.size(dim)``: a graph input's size that is an argument of its own (a jagged
+    NestedTensor's nested int, as torch.compile passes it). Never guarded: the symbol's facts are
+    its tensor's."""
+
+    def __init__(self, base, dim):
+        assert isinstance(base, Source)
+        self.base, self.dim = base, dim
+
+    def name(self):
+        return f"{self.base.name()}.size()[{self.dim}]"
+
+    def steps(self):
+        raise NotImplementedError("a tensor's size is guarded by its tensor's guards")
+
+    def reconstruct(self, codegen):
+        import torch
+        codegen.load_function(torch.Tensor.size)
+        codegen.source(self.base)
+        codegen.load_const(self.dim)
+        codegen.append_call(2)
+
+
 class GetItemSource(Source):
     def __init__(self, base, index):
         assert isinstance(base, Source)

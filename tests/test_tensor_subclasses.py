@@ -299,20 +299,6 @@ def test_torchao_float8_training_equals_eager():
     assert not dispatch, dispatch
 
 
-def test_jagged_nested_tensor_breaks_with_its_name():
-    """The jagged NestedTensor is a wrapper subclass with a Python __torch_function__: not traced
-    yet (torch.compile captures it in one graph): refused with its name, the result right."""
-    nt = torch.nested.nested_tensor([torch.randn(2, 4), torch.randn(3, 4)], layout=torch.jagged)
-
-    def f(x):
-        return (x * 2).sin() + 1
-    pydynamo.reset()
-    explained = pydynamo.explain(f)(nt)
-    assert any("NestedTensor with a Python __torch_function__" in str(b.reason) for b in explained.break_reasons)
-    got = pydynamo.optimize("eager")(f)(nt)
-    assert type(got) is type(nt) and torch.allclose(got.values(), f(nt).values())
-
-
 def test_an_input_changed_in_place_that_is_a_wrapper_subclass_inner_tensor():
     """A wrapper subclass's memory is its inner tensors': when another input changed in place is
     one of them, the graph traced apart from it must not serve it (found by the fuzzer's subclass

@@ -46,7 +46,7 @@ from .deferred import DeferredFunctionVariable, GetLoggerVariable, LoggerVariabl
 from .stdlib import (COLLECTION_TYPES, SPEC_INSTANCE_TYPES, LruCacheVariable, PolyfillVariable, has_polyfill,
                      TypingVariable, is_typing_alias, wrap_collection, wrap_spec_instance, wrap_weakref)
 from .thread_local import is_thread_local, wrap_thread_local
-from .torch import LegacyConstructorVariable, TorchVariable, is_legacy_constructor, is_torch_callable
+from .torch import LegacyConstructorVariable, TorchVariable, is_legacy_constructor, is_state_reader, is_torch_callable
 from . import ctx
 from .subclasses import NowrapFunctionsVariable, is_nowrap_functions
 from .dtensor import DTensorAPIVariable, PlacementClassVariable, is_dtensor_api, is_placement_class
@@ -67,6 +67,15 @@ def _tensor(tx, value, source):
     if type(value) is not torch.Tensor and type(value) is not torch.nn.Parameter:
         from .subclasses import guard_subclass, is_plain_subclass
         if not is_plain_subclass(type(value)):
+            from ..shapes import has_nested_int
+            if has_nested_int(value):  # a jagged NestedTensor: its ragged size symbolic (shapes.py)
+                var = tx.output.add_graph_input(source, value)
+                guard_subclass(tx.output.guards, source, value, var.example_value)
+                for d, size in enumerate(var.example_value.size()):
+                    # the nested int, a batch size once it changed (one placeholder per symbol)
+                    if isinstance(size, torch.SymInt) and size.node.maybe_as_int() is None:
+                        tx.output.add_size_input(source, d, size)
+                return var
             guard_subclass(tx.output.guards, source, value)  # refuses the ones not traced
             return tx.output.add_graph_input(source, value, static=True)
         # a __torch_function__ subclass (or one with it disabled): a plain tensor underneath,
@@ -270,6 +279,7 @@ _TABLE = [
     (is_func_transform, _identity(FuncTransformVariable)),
     (is_flex_attention, _identity(FlexAttentionVariable)),
     (is_torch_callable, _identity(TorchVariable)),
+    (is_state_reader, _identity(TorchVariable)),  # torch._ops._get_dispatch_mode_pre_dispatch
     (is_supported_builtin, _identity(BuiltinVariable)),
     (is_checkpoint, _identity(CheckpointVariable)),
     (is_distributed_value, wrap_distributed),  # process groups, collectives (distributed.py)

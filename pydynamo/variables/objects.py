@@ -520,6 +520,11 @@ def call_builtin_method(tx, descr, obj, args, kwargs):
         raise Unsupported(f"TypeError: {descr.__qualname__} of a {getattr(cls, '__name__', obj)}")
     if owner is object:
         return _object_method(tx, name, obj, args, kwargs)
+    import torch
+    from .tensor import TensorVariable, tensorbase_method
+    if owner is torch._C.TensorBase and isinstance(obj, TensorVariable):  # super().unflatten(...)
+        return tx.output.call_graph(tx, "call_function", tensorbase_method,
+                                    (ConstantVariable(name), obj, *args), kwargs)
     if not isinstance(obj, UserDefinedObjectVariable):
         if cls is owner:  # dict.__setitem__(d, k, v) on a plain dict tracker
             return obj.call_method(tx, name, args, kwargs)

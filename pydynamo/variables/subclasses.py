@@ -14,8 +14,9 @@ Guards: the outer tensor's TENSOR_MATCH (exact type, sizes, strides, dtype, devi
 flatten context (``__tensor_flatten__()[1]``: placements, a scale's dtype...) by equality, each
 inner tensor's, recursively, and an opaque inner object (DTensor's device mesh) by identity. Sizes are static (a recompile per new size).
 
-Refused with the subclass's name: a subclass with a Python ``__torch_function__`` (its override
-would have to be inlined at every op) and a non-traceable one.
+A wrapper subclass with a Python ``__torch_function__`` (the jagged NestedTensor) is traced the
+same way, its override inlined at each torch call as a plain subclass's is (below), and the graph
+called with the override off. Refused with the subclass's name: a non-traceable one.
 """
 import torch
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
@@ -43,27 +44,61 @@ def check_supported(value):
     if not is_traceable_wrapper_subclass(value):
         raise Unsupported(f"tensor subclass {cls.__name__} (neither torch.Tensor nor a traceable "
                           "wrapper subclass with __tensor_flatten__/__tensor_unflatten__)")
-    if cls.__torch_function__ is not torch._C._disabled_torch_function_impl:
-        raise Unsupported(f"tensor subclass {cls.__name__} with a Python __torch_function__ "
-                          "(only wrapper subclasses whose __torch_function__ is disabled are traced)")
 
 
-def guard_subclass(guards, source, value):
+def guard_subclass(guards, source, value, fake=None):
     """TENSOR_MATCH of ``value`` and, through the flatten protocol, of its inner tensors; the
-    flatten context by equality."""
+    flatten context by equality. ``fake``: the input's fake where its sizes are symbolic (a
+    jagged NestedTensor): an inner size that is symbolic there is left to the SHAPE_ENV check."""
     check_supported(value)
-    guards.TENSOR_MATCH(source, value)
+    with torch._C.DisableTorchFunctionSubclass():
+        symbolic = any(isinstance(s, torch.SymInt) for s in (*value.size(), *value.stride()))
+    if symbolic:  # a jagged NestedTensor's ragged size: a nested int its inner tensors determine
+        guards.PREDICATE(source, _OuterMatches(value), f"{source.name()}: {_OuterMatches(value)}")
+    else:
+        guards.TENSOR_MATCH(source, value)
     attrs, ctx = value.__tensor_flatten__()
     guards.PREDICATE(source, _FlattensTo(tuple(attrs), ctx),
                      f"{source.name()}.__tensor_flatten__() == ({list(attrs)!r}, {ctx!r})")
     for name in attrs:
         inner = getattr(value, name)
+        inner_fake = getattr(fake, name) if fake is not None else None
         if not isinstance(inner, torch.Tensor):  # an opaque object (DTensor's device mesh)
             guards.ID_MATCH(AttrSource(source, name), inner)
         elif is_wrapper_subclass(inner):
-            guard_subclass(guards, AttrSource(source, name), inner)
+            guard_subclass(guards, AttrSource(source, name), inner, inner_fake)
+        elif inner_fake is not None:
+            from ..shapes import concrete_ints
+            guards.TENSOR_MATCH(AttrSource(source, name), inner, sizes=concrete_ints(inner_fake.size()),
+                                strides=concrete_ints(inner_fake.stride()))
         else:
             guards.TENSOR_MATCH(AttrSource(source, name), inner)
+
+
+def _outer_metadata(v):
+    """What TENSOR_MATCH reads of a wrapper whose sizes are symbolic, but its sizes and strides
+    (they follow from its inner tensors and flatten context, guarded on their own): read through
+    TensorBase's getters with the subclass's override off."""
+    base = torch._C.TensorBase
+    with torch._C.DisableTorchFunctionSubclass():
+        return (type(v), base.dtype.__get__(v), base.device.__get__(v), base.layout.__get__(v),
+                base.requires_grad.__get__(v), base.dim(v), base.is_inference(v), base.is_conj(v),
+                base.is_neg(v))
+
+
+class _OuterMatches:
+    """A guard: a wrapper subclass input with symbolic outer sizes has the same exact type,
+    dtype, device, layout, requires_grad, rank and inference/conj/neg bits."""
+
+    def __init__(self, value):
+        self.info = _outer_metadata(value)
+
+    def __call__(self, v):
+        return isinstance(v, torch.Tensor) and _outer_metadata(v) == self.info
+
+    def __str__(self):
+        cls, dtype, device, layout, grad, ndim = self.info[:6]
+        return f"{cls.__name__}({dtype}, {device}, {layout}, ndim={ndim}, requires_grad={grad})"
 
 
 class _FlattensTo:
@@ -103,10 +138,19 @@ def is_plain_subclass(cls):
 
 
 def has_python_torch_function(cls):
+    """A tensor class whose ``__torch_function__`` is Python: torch calls on its instances are
+    offered to it while tracing (a plain subclass, or a wrapper subclass such as the jagged
+    NestedTensor)."""
     if cls is torch.Tensor or cls is torch.nn.Parameter or not issubclass(cls, torch.Tensor):
         return False
-    return cls.__torch_function__ is not torch._C._disabled_torch_function_impl and \
-        not is_traceable_wrapper_subclass_type(cls)
+    return cls.__torch_function__ is not torch._C._disabled_torch_function_impl
+
+
+def is_wrapper_with_torch_function(cls):
+    """A traceable wrapper subclass with a Python ``__torch_function__`` (the jagged NestedTensor):
+    the trace inlines the override and records what it runs with the override off, so the graph
+    is called with the override off (subclass_inputs)."""
+    return has_python_torch_function(cls) and is_traceable_wrapper_subclass_type(cls)
 
 
 def is_traceable_wrapper_subclass_type(cls):
@@ -290,15 +334,19 @@ def is_nowrap_functions(value):
     return value is torch.overrides.get_default_nowrap_functions
 
 
-def plain_inputs(compiled, positions):
-    """The compiled graph called with the ``__torch_function__`` subclass inputs at ``positions``
-    as plain tensors (aliases, autograd kept): their overrides ran while tracing, the graph holds
-    what they did."""
+def subclass_inputs(compiled, positions, wrappers):
+    """The compiled graph called with the plain ``__torch_function__`` subclass inputs at
+    ``positions`` as plain tensors (aliases, autograd kept) and, where some inputs are wrappers
+    with a Python ``__torch_function__`` (``wrappers``), with torch-function dispatch of
+    subclasses off: their overrides ran while tracing, the graph holds what they did (and the
+    calls they made with it off)."""
     positions = frozenset(positions)
 
     def call(*args):
         with torch._C.DisableTorchFunctionSubclass():
             args = [a.as_subclass(torch.Tensor) if i in positions else a for i, a in enumerate(args)]
+            if wrappers:
+                return compiled(*args)
         return compiled(*args)
     call.__wrapped__ = compiled
     return call

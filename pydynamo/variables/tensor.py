@@ -20,6 +20,7 @@ too (``_data_alias``, ``_set_data``); Python attributes (``y.tag = 5``) live in 
 replayed on the real tensors after the graph (side_effects.py).
 """
 import contextlib
+import inspect
 import operator
 import types
 
@@ -40,6 +41,12 @@ _PINNED_ATTRS = frozenset({
     "itemsize", "nbytes"})
 # Properties that compute a new tensor: graph nodes (getattr).
 _ABSENT = object()
+
+
+def tensorbase_method(name, self, *args, **kwargs):
+    """TensorBase's own method ``name`` on ``self`` (``super().unflatten(dim, sizes)`` in
+    Tensor's Python methods): a graph node's target, FX names it by this function."""
+    return getattr(torch._C.TensorBase, name)(self, *args, **kwargs)
 _TENSOR_ATTRS = frozenset({"T", "mT", "H", "mH", "real", "imag"})
 # Methods answered from the fake tensor as constants, all of their arguments constants: they
 # follow from what TENSOR_MATCH pins (is_contiguous from sizes and strides, get_device from the
@@ -122,6 +129,9 @@ class TensorVariable(VariableTracker):
             stored = tx.output.side_effects.load_tensor_attr(self, name)
             if stored is not None:
                 return stored
+            made = self._made_wrapper_attr(tx, name)
+            if made is not None:
+                return made
             raise missing(tx, self.python_cls, name)
         source, real, var = entry
         stored = tx.output.side_effects.load_attr(tx, var, name)
@@ -133,6 +143,28 @@ class TensorVariable(VariableTracker):
             tx.output.guards.NOT_PRESENT(attr)
             raise missing(tx, self.python_cls, name)
         return wrap_value(tx, real.__dict__[name], attr)
+
+    def _made_wrapper_attr(self, tx, name):
+        """An instance attribute of a wrapper subclass tensor the graph computes, as its fake
+        (made by the subclass's own ``__torch_dispatch__`` from the guarded inputs) holds it: an
+        inner tensor of its flatten protocol (``nt._values``) is a graph node reading it, a
+        number, string or None a constant. None where the fake has no such attribute."""
+        from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+        fake = self.example_value
+        if not is_traceable_wrapper_subclass(fake) or name not in fake.__dict__:
+            return None
+        value = fake.__dict__[name]
+        if type(value) in (int, float, bool, str, type(None)):
+            return ConstantVariable(value)
+        if isinstance(value, torch.Tensor) and name in type(fake).__tensor_flatten__(fake)[0]:
+            out = tx.output  # (an instance attribute: no __torch_function__ runs for it)
+            out.torch_function_subclass_disabled += 1
+            try:
+                return out.call_graph(tx, "call_function", getattr, (self, ConstantVariable(name)), {})
+            finally:
+                out.torch_function_subclass_disabled -= 1
+        raise Unsupported(f"attribute {name!r} of a {type(fake).__name__} the graph computes "
+                          f"(a {type(value).__name__})")
 
     def store_attr(self, tx, name, value):
         """``x.name = value`` for an attribute torch.Tensor does not define: later reads in the
@@ -245,7 +277,38 @@ class TensorVariable(VariableTracker):
             return GetAttrVariable(self, name)
         if self._is_user_attr(name):
             return self._user_attr(tx, name)
+        if self.python_cls is not torch.Tensor and inspect.getattr_static(torch.Tensor, name, _ABSENT) is _ABSENT:
+            return self._class_attr(tx, name)
         raise Unsupported(f"Tensor attribute {name!r}")
+
+    def _class_attr(self, tx, name):
+        """A method or property a tensor subclass defines (``nt.values()``, ``nt.offsets()``):
+        the function read where CPython's lookup finds it along the class's MRO (guarded), bound
+        to the tensor, or the property's getter called on it. The instance's own ``__dict__``
+        would shadow a method: guarded absent there (a graph input) or refused."""
+        from ..source import ConstObjectSource, GetItemSource, TypeLookupSource, type_lookup
+        from .builder import wrap_value
+        from .functions import UserMethodVariable
+        cls = self.python_cls
+        raw = type_lookup(cls, name, _ABSENT)
+        if not isinstance(raw, (types.FunctionType, property)):
+            raise Unsupported(f"attribute {name!r} of a {cls.__name__} (a {type(raw).__name__} of the class)")
+        fn_source = TypeLookupSource(ConstObjectSource(cls), name)
+        if isinstance(raw, property):
+            if raw.fget is None:
+                raise Unsupported(f"AttributeError: property {name!r} of {cls.__name__} has no getter")
+            getter = wrap_value(tx, raw.fget, AttrSource(fn_source, "fget"))
+            return getter.call_function(tx, [self], {})
+        entry = self._input_entry(tx)
+        if entry is None:
+            if tx.output.side_effects.load_tensor_attr(self, name) is not None:
+                raise Unsupported(f"{cls.__name__}.{name} shadowed by an attribute the trace stored")
+        else:
+            source, real, var = entry
+            if name in real.__dict__ or tx.output.side_effects.load_attr(tx, var, name) is not None:
+                raise Unsupported(f"{cls.__name__}.{name} shadowed by the instance's own attribute")
+            tx.output.guards.NOT_PRESENT(GetItemSource(AttrSource(source, "__dict__"), name))
+        return UserMethodVariable(wrap_value(tx, raw, fn_source).value, self, fn_source)
 
     def call_method(self, tx, name, args, kwargs):
         if name in ("register_hook", "register_post_accumulate_grad_hook", "retain_grad"):

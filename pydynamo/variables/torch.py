@@ -4,11 +4,12 @@ Anything callable that lives in torch and runs on fake tensors becomes one graph
 functions that only read global state are answered at trace time (and guarded globally), and
 functions that change torch's global state are refused.
 """
-import re
-
 import operator
+import re
+import types
 
 import torch
+import torch.fx._symbolic_trace
 
 from ..exc import Unsupported
 from .base import ObjectVariable
@@ -52,6 +53,18 @@ _HAS_TORCH_FUNCTION = (torch.overrides.has_torch_function, torch.overrides.has_t
                        torch.overrides.has_torch_function_variadic)
 
 
+# torch's Python readers of its dispatch and tracing state, answered as the C ones are (read_flag):
+# called for real and guarded on what they return; inlined, they would read module objects
+# sourceless (is_fx_tracing also logs once through an lru_cache'd function).
+_PYTHON_STATE_READERS = tuple(f for f in (getattr(torch._ops, "_get_dispatch_mode_pre_dispatch", None),
+                                          getattr(torch.fx._symbolic_trace, "is_fx_tracing", None))
+                              if f is not None)
+
+
+def is_state_reader(value):
+    return any(value is f for f in _PYTHON_STATE_READERS)
+
+
 def reads_flag(fn):
     """A torch function named as a reader of global state (see _FLAG_READER_NAME)."""
     return _FLAG_READER_NAME.search(getattr(fn, "__name__", "") or "") is not None
@@ -62,6 +75,23 @@ def _guardable(value):
         return all(_guardable(v) for v in value)
     return type(value) in (bool, int, float, str, type(None)) or isinstance(value, (torch.dtype, torch.device)) \
         or hasattr(type(value), "__members__")  # an enum (torch's pybind ones included)
+
+
+def enum_member(tx, var):
+    """A member of one of torch's pybind enums (``torch._C._TorchDispatchModeKey.PROXY``), as a
+    constant: pinned by identity where read from the inputs (members are singletons). None for
+    anything else."""
+    from .objects import UserDefinedObjectVariable
+    value = getattr(var, "value", None)
+    if not isinstance(var, UserDefinedObjectVariable) or value is None:
+        return None
+    members = getattr(type(value), "__members__", None)
+    if type(type(value)).__name__ != "pybind11_type" or not isinstance(members, dict) or \
+            not any(value is m for m in members.values()):
+        return None
+    if var.source is not None:  # (sourceless: read by torch's own code from its modules)
+        tx.output.guards.ID_MATCH(var.source, value)
+    return ConstantVariable(value)
 
 
 def read_flag(tx, fn, args, kwargs):
@@ -120,13 +150,25 @@ _NOT_OPS = ("torch._inductor", "torch._dynamo", "torch._functorch", "torch.fx", 
             "torch._subclasses", "torch.multiprocessing", "torch.hub", "torch.serialization", "torch.testing",
             "torch._library", "torch._higher_order_ops", "torch.onnx", "torch.package", "torch.mps", "torch.xpu",
             # Python code over tensors, inlined: optimizers, LR schedulers, grad clipping, GradScaler,
-            # the default __torch_function__'s _convert
-            "torch.optim", "torch.nn.utils.clip_grad", "torch.amp", "torch._tensor")
+            # the default __torch_function__'s _convert, the jagged NestedTensor's __torch_function__ and
+            # constructors
+            "torch.optim", "torch.nn.utils.clip_grad", "torch.amp", "torch._tensor", "torch.nested")
+
+
+def _graph_functions():
+    """torch's Python functions recorded as one graph node each, as torch.compile records them:
+    the jagged NestedTensor's view constructors (they pass a cached dummy NestedTensor to an ATen
+    op, which the trace cannot hold)."""
+    from torch.nested._internal import nested_tensor as njt
+    return tuple(getattr(njt, n) for n in ("nested_view_from_values_offsets",
+                                           "nested_view_from_values_offsets_lengths") if hasattr(njt, n))
 
 
 def is_torch_callable(value):
     if isinstance(value, type) or not callable(value):
         return False
+    if isinstance(value, types.FunctionType) and any(value is f for f in _graph_functions()):
+        return True
     if isinstance(value, (torch._ops.OpOverloadPacket, torch._ops.OpOverload)):
         return True
     objclass = getattr(value, "__objclass__", None)
@@ -257,8 +299,10 @@ class TorchVariable(ObjectVariable):
             if args or kwargs:
                 raise Unsupported(f"torch.{name} with arguments")
             return ctx.read_state(tx, reader, [ConstantVariable(device)], {})
-        if reads_flag(fn) and all(isinstance(a, ConstantVariable) for a in [*args, *kwargs.values()]):
-            value = read_flag(tx, fn, args, kwargs)
+        if reads_flag(fn) and all(isinstance(a, ConstantVariable) or enum_member(tx, a) is not None
+                                  for a in [*args, *kwargs.values()]):
+            value = read_flag(tx, fn, [a if isinstance(a, ConstantVariable) else enum_member(tx, a)
+                                       for a in args], kwargs)
             if value is not None:
                 return value
         if fn is torch.device:
