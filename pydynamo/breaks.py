@@ -352,7 +352,7 @@ ENTRIES = [
           "read the attribute outside the compiled region",
           (r"^Tensor attribute ", r"^Tensor\.\S+( while tracing| with arguments| with non-constant "
            r"arguments)?$", r"^Tensor\.\S+\(\) of a tensor computed in the graph$",
-           r"^Tensor\.__len__ ", r"^assignment to Tensor\."),
+           r"^Tensor\.__len__ ", r"^assignment to Tensor\.", r"^\S+\.\S+ shadowed by "),
           example="Tensor.grad_fn while tracing"),
     Break("PD901", "a NumPy call whose result differs from torch's NumPy layer",
           "Each NumPy call is checked at trace time against NumPy itself, run on stand-in arrays "

@@ -229,7 +229,6 @@ class ShapeTracker:
 (a new batch's lengths do not recompile; a new batch size does). The outer sizes follow from the inner tensors,
         which the SHAPE_ENV check and the inner TENSOR_MATCHes guard (subclasses.guard_subclass)."""
         from torch.fx.experimental.symbolic_shapes import SubclassSymbolicContext
-        from .source import AttrSource
         src = self._src(source)
 
         def inner(name):

@@ -1,9 +1,11 @@
 """Feature family for tensor subclasses (issue 41): a ``__torch_function__`` subclass whose
 override counts the functions offered to it and changes one (``add`` doubled), torch's default
 subclass behaviour (a class with no override), and ``TwoTensor`` (a traceable wrapper subclass)
-read from the state; between calls the class's override is patched, the state is rebound to
-another class, the wrapper's inner tensors are replaced, and a tensor changed in place is made
-the wrapper's inner tensor or another. See families_tensor.py for the
+read from the state, the subclass's own methods and properties, and a jagged NestedTensor (its
+ragged size symbolic); between calls the class's override and a method are patched, the state is
+rebound to another class, the wrapper's inner tensors are replaced, a tensor changed in place is
+made the wrapper's inner tensor or another, and the NestedTensor is replaced by one of other
+lengths, batch size, ragged dimension or dtype. See families_tensor.py for the
 conventions (x a tensor, n a Python scalar, out the result).
 """
 from .program import pick
@@ -21,6 +23,13 @@ SUBCLASS_SRC = '''class Tf$i(torch.Tensor):
             out = out * 2
         return out.as_subclass(cls) if isinstance(out, torch.Tensor) else out
 
+    def twice(self):
+        return self * 2
+
+    @property
+    def half(self):
+        return self / 2
+
 
 class Df$i(torch.Tensor):
     pass
@@ -29,13 +38,20 @@ class Df$i(torch.Tensor):
 def two$i(k):
     from torch.testing._internal.two_tensor import TwoTensor
     return TwoTensor(torch.arange(3.0) * k, torch.ones(3) * k)
+
+
+def nt$i(lens, dim=2):
+    return torch.nested.nested_tensor([torch.arange(n * dim, dtype=torch.float32).reshape(n, dim) / 7
+                                       for n in lens], layout=torch.jagged)
 '''
 
 
 def fam_subclass(rng, s, place):
     s.setup = SUBCLASS_SRC.replace("$i", str(s.uid))
-    s.var = place(rng.choice(["{'t': torch.ones(3).as_subclass(Tf$i), 'w': two$i(1), 'a': torch.zeros(3)}",
-                              "{'t': torch.ones(3).as_subclass(Df$i), 'w': two$i(2), 'a': torch.zeros(3)}"]
+    s.var = place(rng.choice(["{'t': torch.ones(3).as_subclass(Tf$i), 'w': two$i(1), 'a': torch.zeros(3), "
+                              "'j': nt$i([2, 3])}",
+                              "{'t': torch.ones(3).as_subclass(Tf$i), 'w': two$i(2), 'a': torch.zeros(3), "
+                              "'j': nt$i([1, 4, 2])}"]
                              ).replace("$i", str(s.uid)))
     pick(rng, s, [
         "t$i = $v['t']\nout.append(t$i + n)\nout.append(type(t$i * 2).__name__)\nout.append(1 - t$i)",
@@ -45,6 +61,12 @@ def fam_subclass(rng, s, place):
         "out.append(sorted(Tf$i.seen.items()))",
         # an input changed in place that may be the wrapper's inner tensor (the mutations below)
         "$v['a'].add_(1)\nout.append(($v['w'] * 1).a)",
+        # methods and properties the subclass defines (inlined; the class may be patched)
+        "t$i = $v['t']\nout.append(t$i.twice() + t$i.half if isinstance(t$i, Tf$i) else t$i)",
+        # a jagged NestedTensor: its ragged size a symbol, its override inlined
+        "j$i = $v['j']\nout.append((torch.sin(j$i) + n).values())\nout.append(j$i.size(0))",
+        "j$i = $v['j']\nout.append(j$i.sum(dim=1) if j$i._ragged_idx == 1 else j$i.values())",
+        "j$i = $v['j']\nout.append((j$i * 2).offsets())\nout.append(j$i.dim())",
     ], k=(1, 2))
     s.mut("$p['t'] = torch.zeros(3).as_subclass(Df$i)".replace("$i", str(s.uid)),
           "$p['t'] = torch.ones(3).as_subclass(Tf$i)".replace("$i", str(s.uid)),
@@ -52,4 +74,9 @@ def fam_subclass(rng, s, place):
           "Tf$i.__torch_function__ = classmethod(lambda cls, f, t, a=(), k=None: "
           "torch.Tensor.__torch_function__.__func__(cls, f, t, a, k))".replace("$i", str(s.uid)),
           "Tf$i.seen.clear()".replace("$i", str(s.uid)),
-          "$p['a'] = $p['w'].a", "$p['a'] = torch.zeros(3)")
+          "$p['a'] = $p['w'].a", "$p['a'] = torch.zeros(3)",
+          "Tf$i.twice = lambda self: self * 3".replace("$i", str(s.uid)),
+          "$p['j'] = nt$i([4, 1])".replace("$i", str(s.uid)),
+          "$p['j'] = nt$i([1, 2, 3])".replace("$i", str(s.uid)),
+          "$p['j'] = nt$i([2, 3]).transpose(1, 2)".replace("$i", str(s.uid)),
+          "$p['j'] = nt$i([2, 3], dim=3).double()".replace("$i", str(s.uid)))
