@@ -32,7 +32,9 @@ def freeze(v, memo, depth=0):
         return ("Y", "deep")
     if isinstance(v, torch.Tensor):
         d = v.detach().resolve_conj().resolve_neg().clone()
-        return ("T", tname(t), str(v.dtype), tuple(v.shape), v.requires_grad, ident(), d)
+        # a jagged NestedTensor's nested int names its offsets object: each run makes its own
+        shape = tuple("ragged" if isinstance(s, torch.SymInt) else s for s in v.shape)
+        return ("T", tname(t), str(v.dtype), shape, v.requires_grad, ident(), d)
     if v is None or t in (bool, int, float, complex, str):
         return ("S", tname(t), v)
     import numpy as np
@@ -121,8 +123,11 @@ def compare(a, b, exact):
 def pretty(f, limit=400):
     import torch
     def p(f):
+        if isinstance(f, torch.Tensor) and hasattr(f, "__tensor_flatten__"):  # a wrapper: its inner tensors
+            return f"{type(f).__name__}(" + ", ".join(f"{n}={p(getattr(f, n))}" for n in f.__tensor_flatten__()[0]) + ")"
         if isinstance(f, torch.Tensor):
-            return repr(f.tolist())
+            with torch._C.DisableTorchFunctionSubclass():
+                return repr(f.as_subclass(torch.Tensor).tolist())
         if not (isinstance(f, tuple) and f and f[0] in ("T", "S", "X", "Y", "L", "D", "M", "O", "R", "ok", "raise")):
             return repr(f) if not isinstance(f, (list, tuple)) else "[" + ", ".join(map(p, f)) + "]"
         tag, name = f[0], f[1].replace("builtins.", "").replace("fuzzprog.", "") if isinstance(f[1], str) else ""
