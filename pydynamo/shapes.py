@@ -24,6 +24,7 @@ from torch._guards import GuardSource
 from torch._guards import Source as TorchSource
 from torch.fx.experimental.symbolic_shapes import (DimDynamic, ShapeEnv, StatelessSymbolicContext,
                                                    compute_unbacked_bindings, is_symbolic)
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from . import config
 from .exc import PydynamoError, Unsupported
@@ -210,6 +211,8 @@ class ShapeTracker:
         """The fake tensor for graph input ``value`` read by ``source``."""
         if has_nested_int(value):
             return self._fakify_jagged(fake_mode, source, value)
+        if is_traceable_wrapper_subclass(value):
+            return self._fakify_wrapper(fake_mode, source, value)
         dims, marked = self.policy.tensor_dims(source, value)
         if not dims:
             return fake_mode.from_tensor(value, static_shapes=True)
@@ -222,12 +225,52 @@ class ShapeTracker:
         self.tensors.append((source, value, fake, marked))
         return fake
 
+    def wrapper_dims(self, source, value):
+        """Whether a traceable wrapper subclass input (TwoTensor, a float8 wrapper) gets symbolic
+        sizes: where the dynamic policy makes some dim of it, or of a plain inner tensor, symbolic
+        (automatic dynamic: its sizes changed between calls; mark_dynamic). Nested wrappers stay
+        static. Returns {None: outer dims, name: inner dims} or None (static)."""
+        from .source import AttrSource
+        attrs, _ = value.__tensor_flatten__()
+        inner = [getattr(value, a) for a in attrs]
+        if not all(type(t) in (torch.Tensor, torch.nn.Parameter) for t in inner):
+            return None
+        dims = {None: self.policy.tensor_dims(source, value)[0]}
+        for a, t in zip(attrs, inner):
+            dims[a] = self.policy.tensor_dims(AttrSource(source, a), t)[0]
+        return dims if any(dims.values()) else None
+
+    def _fakify_wrapper(self, fake_mode, source, value):
+        """A traceable wrapper subclass input with symbolic sizes (wrapper_dims): torch's fake mode
+        makes it through the flatten protocol with a SubclassSymbolicContext, outer and inner sizes
+        tracked (the SHAPE_ENV check holds their facts; the TENSOR_MATCHes check the rest,
+        subclasses.guard_subclass)."""
+        from torch.fx.experimental.symbolic_shapes import SubclassSymbolicContext
+        dims = self.wrapper_dims(source, value)
+        src = self._src(source)
+
+        def context(t, symbolic):
+            return StatelessSymbolicContext(
+                dynamic_sizes=[DimDynamic.DUCK if i in symbolic else DimDynamic.STATIC for i in range(t.dim())],
+                constraint_sizes=[None] * t.dim())
+        attrs, _ = value.__tensor_flatten__()
+        outer = context(value, dims[None])
+        ctx = SubclassSymbolicContext(
+            dynamic_sizes=outer.dynamic_sizes, constraint_sizes=outer.constraint_sizes,
+            inner_contexts={a: context(getattr(value, a), dims[a]) for a in attrs},
+            tensor_source=src, shape_env_to_source_to_symbol_cache={})
+        fake = fake_mode.from_tensor(value, symbolic_context=ctx, source=src)
+        self.tensors.append((source, value, fake, {}))
+        self.contexts[len(self.tensors) - 1] = ctx
+        return fake
+
     def _fakify_jagged(self, fake_mode, source, value):
         """A jagged NestedTensor input: its ragged size a symbol (torch's nested int, tied to its
         offsets), as torch.compile makes it; the inner tensors' sizes as torch's fake mode makes
         them (the values' ragged length symbolic), and the cached min/max sequence lengths symbolic
-(a new batch's lengths do not recompile; a new batch size does). The outer sizes follow from the inner tensors,
-        which the SHAPE_ENV check and the inner TENSOR_MATCHes guard (subclasses.guard_subclass)."""
+        (a new batch's lengths do not recompile; a new batch size does). The outer sizes follow
+        from the inner tensors, which the SHAPE_ENV check and the inner TENSOR_MATCHes guard
+        (subclasses.guard_subclass)."""
         from torch.fx.experimental.symbolic_shapes import SubclassSymbolicContext
         src = self._src(source)
 
@@ -344,7 +387,6 @@ def _is_nested_int(s):
 
 def has_nested_int(value):
     """A jagged NestedTensor (a wrapper subclass whose outer sizes hold a nested int)."""
-    from torch.utils._python_dispatch import is_traceable_wrapper_subclass
     if type(value) is torch.Tensor or not is_traceable_wrapper_subclass(value):
         return False
     with torch._C.DisableTorchFunctionSubclass():

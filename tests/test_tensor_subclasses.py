@@ -69,9 +69,35 @@ def test_two_tensor_hits_and_recompiles_like_torch_compile():
     f = pydynamo.optimize(cnt)(_ops)
     for args in calls:
         _same(f(*args), _ops(*args))
-    # a new size recompiles once (sizes of subclass inputs are static), then hits
+    # a new size recompiles once, with the sizes symbolic (automatic dynamic), then hits
     assert cnt.frame_count == 2
     assert cnt.frame_count <= _torch_frames(_ops, *calls) + 1
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_two_tensor_sizes_become_symbolic_once_changed(backend):
+    """After a second size, a TwoTensor input's sizes (outer and inner) are symbolic: later sizes
+    hit, in inference and training; a new layout or dtype still recompiles."""
+    def loss(x, w):
+        return (x * w).sin().sum(0)
+    pydynamo.reset()
+    cnt = CompileCounter()
+    compiled = pydynamo.optimize(cnt if backend == "eager" else backend)(loss)
+    w = torch.randn(4, generator=torch.Generator().manual_seed(5))
+    for n in (3, 5, 7, 9):
+        g = torch.Generator().manual_seed(n)
+        x = TwoTensor(torch.randn(n, 4, generator=g), torch.randn(n, 4, generator=g)).requires_grad_()
+        ref_x = TwoTensor(x.a.detach().clone(), x.b.detach().clone()).requires_grad_()
+        out, ref = compiled(x, w), loss(ref_x, w)
+        _same(out, ref)
+        out.sum().backward()
+        ref.sum().backward()
+        _same(x.grad, ref_x.grad)
+    if backend == "eager":
+        assert cnt.frame_count == 2
+        other = TwoTensor(torch.randn(4, 6), torch.randn(4, 6)).t()
+        _same(compiled(other, w), loss(other, w))
+        assert cnt.frame_count == 3
 
 
 @pytest.mark.parametrize("backend", ["eager", "aot_eager"])

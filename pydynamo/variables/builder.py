@@ -67,8 +67,12 @@ def _tensor(tx, value, source):
     if type(value) is not torch.Tensor and type(value) is not torch.nn.Parameter:
         from .subclasses import guard_subclass, is_plain_subclass
         if not is_plain_subclass(type(value)):
+            from torch.utils._python_dispatch import is_traceable_wrapper_subclass
             from ..shapes import has_nested_int
-            if has_nested_int(value):  # a jagged NestedTensor: its ragged size symbolic (shapes.py)
+            # a jagged NestedTensor (its ragged size symbolic), a wrapper whose sizes changed
+            # (automatic dynamic): symbolic sizes (shapes.py)
+            if has_nested_int(value) or is_traceable_wrapper_subclass(value) and \
+                    tx.output.shapes.wrapper_dims(source, value) is not None:
                 var = tx.output.add_graph_input(source, value)
                 guard_subclass(tx.output.guards, source, value, var.example_value)
                 for d, size in enumerate(var.example_value.size()):

@@ -12,7 +12,8 @@ them as they are.
 
 Guards: the outer tensor's TENSOR_MATCH (exact type, sizes, strides, dtype, device...), the
 flatten context (``__tensor_flatten__()[1]``: placements, a scale's dtype...) by equality, each
-inner tensor's, recursively, and an opaque inner object (DTensor's device mesh) by identity. Sizes are static (a recompile per new size).
+inner tensor's, recursively, and an opaque inner object (DTensor's device mesh) by identity. Sizes
+are static until they change between calls (automatic dynamic, shapes.ShapeTracker.wrapper_dims).
 
 A wrapper subclass with a Python ``__torch_function__`` (the jagged NestedTensor) is traced the
 same way, its override inlined at each torch call as a plain subclass's is (below), and the graph
@@ -55,6 +56,9 @@ def guard_subclass(guards, source, value, fake=None):
         symbolic = any(isinstance(s, torch.SymInt) for s in (*value.size(), *value.stride()))
     if symbolic:  # a jagged NestedTensor's ragged size: a nested int its inner tensors determine
         guards.PREDICATE(source, _OuterMatches(value), f"{source.name()}: {_OuterMatches(value)}")
+    elif fake is not None:  # sizes the fake left symbolic: the SHAPE_ENV check's
+        from ..shapes import concrete_ints
+        guards.TENSOR_MATCH(source, value, sizes=concrete_ints(fake.size()), strides=concrete_ints(fake.stride()))
     else:
         guards.TENSOR_MATCH(source, value)
     attrs, ctx = value.__tensor_flatten__()

@@ -3,10 +3,10 @@ override counts the functions offered to it and changes one (``add`` doubled), t
 subclass behaviour (a class with no override), and ``TwoTensor`` (a traceable wrapper subclass)
 read from the state, the subclass's own methods and properties, and a jagged NestedTensor (its
 ragged size symbolic); between calls the class's override and a method are patched, the state is
-rebound to another class, the wrapper's inner tensors are replaced, a tensor changed in place is
-made the wrapper's inner tensor or another, and the NestedTensor is replaced by one of other
-lengths, batch size, ragged dimension or dtype. See families_tensor.py for the
-conventions (x a tensor, n a Python scalar, out the result).
+rebound to another class, the wrapper is replaced by others (of other sizes too: symbolic once
+changed), a tensor changed in place is made the wrapper's inner tensor or another, and the
+NestedTensor is replaced by one of other lengths, batch size, ragged dimension or dtype. See
+families_tensor.py for the conventions (x a tensor, n a Python scalar, out the result).
 """
 from .program import pick
 
@@ -35,9 +35,9 @@ class Df$i(torch.Tensor):
     pass
 
 
-def two$i(k):
+def two$i(k, n=3):
     from torch.testing._internal.two_tensor import TwoTensor
-    return TwoTensor(torch.arange(3.0) * k, torch.ones(3) * k)
+    return TwoTensor(torch.arange(float(n)) * k, torch.ones(n) * k)
 
 
 def nt$i(lens, dim=2):
@@ -71,6 +71,8 @@ def fam_subclass(rng, s, place):
     s.mut("$p['t'] = torch.zeros(3).as_subclass(Df$i)".replace("$i", str(s.uid)),
           "$p['t'] = torch.ones(3).as_subclass(Tf$i)".replace("$i", str(s.uid)),
           "$p['w'] = two$i(3)".replace("$i", str(s.uid)),
+          "$p['w'] = two$i(2, n=5)".replace("$i", str(s.uid)),
+          "$p['w'] = two$i(1, n=7)".replace("$i", str(s.uid)),
           "Tf$i.__torch_function__ = classmethod(lambda cls, f, t, a=(), k=None: "
           "torch.Tensor.__torch_function__.__func__(cls, f, t, a, k))".replace("$i", str(s.uid)),
           "Tf$i.seen.clear()".replace("$i", str(s.uid)),
