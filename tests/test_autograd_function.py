@@ -546,6 +546,86 @@ def test_backward_with_grad_enabled_matches_eager():
     assert torch.equal(g, r)
 
 
+class NoGradInBackward(torch.autograd.Function):
+    """torchao's float8 backward computes its scales under no_grad."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, g):
+        x, = ctx.saved_tensors
+        with torch.no_grad():
+            s = (x * x).sum()
+        return g * x * s + g
+
+
+@pytest.mark.parametrize("create_graph", [False, True])
+def test_a_no_grad_block_in_backward_switches_when_it_runs(create_graph):
+    """The block is traced, and switches grad mode when the backward runs, restoring the mode it
+    found then (create_graph=True: on), not the mode the trace assumed: second derivatives equal
+    eager's (the block's ops are not differentiated again in either)."""
+    def fn(x):
+        return NoGradInBackward.apply(x).sin().sum()
+
+    def grads(f):
+        x = torch.arange(1.0, 4.0, requires_grad=True)
+        g, = torch.autograd.grad(f(x), x, create_graph=create_graph)
+        if not create_graph:
+            return g, None
+        gg, = torch.autograd.grad(g.sum(), x)
+        return g.detach(), gg
+    pydynamo.reset()
+    explained = pydynamo.explain(fn)(torch.arange(1.0, 4.0, requires_grad=True))
+    assert explained.graph_count == 1 and explained.graph_break_count == 0
+    pydynamo.reset()
+    got, want = grads(pydynamo.optimize("eager")(fn)), grads(fn)
+    assert torch.allclose(got[0], want[0])
+    assert create_graph is False or torch.allclose(got[1], want[1])
+
+
+class Inner(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.round()
+
+    @staticmethod
+    def backward(ctx, g):  # straight-through
+        return g
+
+
+class OuterCallsInner(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * 3
+
+    @staticmethod
+    def backward(ctx, g):
+        x, = ctx.saved_tensors
+        return Inner.apply(g * x) + g
+
+
+def test_an_apply_inside_a_backward_is_traced_with_grad_off():
+    """In a backward run without create_graph=True, autograd records no node for a Function
+    applied there: traced as its forward only, equal to eager. Under create_graph=True its own
+    backward would be needed: a clear error, never a gradient without it."""
+    def fn(x):
+        return OuterCallsInner.apply(x).sum()
+    pydynamo.reset()
+    explained = pydynamo.explain(fn)(torch.randn(4, requires_grad=True))
+    assert explained.graph_count == 1 and explained.graph_break_count == 0
+    x = torch.linspace(-2, 2, 5, requires_grad=True)
+    got, = torch.autograd.grad(pydynamo.optimize("eager")(fn)(x), x)
+    want, = torch.autograd.grad(fn(x), x)
+    assert torch.equal(got, want)
+    g, = torch.autograd.grad(pydynamo.optimize("eager")(fn)(x), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="differentiate it outside compiled code"):
+        torch.autograd.grad(g.sum(), x)
+
+
 # ---- training --------------------------------------------------------------------------------
 
 class LinearFn(torch.autograd.Function):

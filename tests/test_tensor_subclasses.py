@@ -298,10 +298,11 @@ def test_compiling_never_calls_the_override_itself():
 
 def test_torchao_float8_training_equals_eager():
     """torchao's float8 training (installed beside the pinned torch where it can be): its linear
-    makes Float8TrainingTensor wrappers inside autograd.Functions. The subclass is made by a
-    graph node; what pydynamo cannot capture yet of those Functions breaks the graph. Results
-    and gradients equal eager's, and no frame of torch's or torchao's own (their
-    __torch_dispatch__ handlers, run by the dispatcher) is ever compiled."""
+    makes Float8TrainingTensor wrappers inside autograd.Functions, whose backward computes scales
+    under no_grad and applies another Function. The subclass is made by a graph node; the model
+    is one graph, as under torch.compile. Results and gradients equal eager's, and no frame of
+    torch's or torchao's own (their __torch_dispatch__ handlers, run by the dispatcher) is ever
+    compiled."""
     pytest.importorskip("torchao.float8")
     import copy
     from torchao.float8 import convert_to_float8_training
@@ -310,6 +311,10 @@ def test_torchao_float8_training_equals_eager():
     convert_to_float8_training(m)
     ref = copy.deepcopy(m)
     x = torch.randn(16, 32, generator=torch.Generator().manual_seed(1))
+    pydynamo.reset()
+    explained = pydynamo.explain(m)(x)
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0)
+    assert explained.graph_count <= _torch_frames(m, (x,))
     expected = ref(x)
     expected.sum().backward()
     pydynamo.reset()

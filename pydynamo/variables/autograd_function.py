@@ -16,7 +16,13 @@ What the subgraphs cannot replay is refused, so the call runs natively: ``mark_d
 in-place changes of inputs, ``set_materialize_grads(False)`` (a compiled backward gets zeros
 where eager passes None), ``save_for_forward``, side effects, a backward that branches on data
 or reads global torch state (it runs after the frame's guards were checked), or changes the
-grad mode.
+grad mode other than by a ``no_grad`` / ``enable_grad`` block (traced as switches that restore,
+when the backward runs, the mode found then: ctx.GradModeVariable._enter_in_backward).
+
+In a backward, grad mode is off (as backward() runs without create_graph): a Function applied
+there records no autograd node, so only its forward is traced; under create_graph=True its
+missing backward raises when autograd calls it (never a gradient without it), and a functorch
+transform active when it runs (``is_grads_batched``) raises too (no guard can check it).
 
 A backward is traced when the frame is, so it uses the values of the globals it reads at that
 time, guarded when the frame is called (torch.compile does the same): a global rebound between
@@ -234,13 +240,15 @@ def trace_apply(tx, cls_var, args, kwargs):
     from .tensor import TensorVariable
     cls = cls_var.value
     name = cls.__qualname__
-    if in_backward(tx):
-        raise Unsupported(f"{name}.apply inside a backward being traced (its own backward would "
-                          "run only under create_graph=True, which the trace cannot know)")
+    # inside a backward being traced: grad mode is off there (as backward() runs without
+    # create_graph), so no node is recorded and its own backward is not traced; under
+    # create_graph=True autograd would record one, whose backward then raises (_run_backward)
     check_apply(tx, cls_var)
     if torch._C._are_functorch_transforms_active():
         raise Unsupported(f"{name}.apply under a functorch transform (vmap, grad, ...)")
-    tx.output.guards.PREDICATE(None, _FunctorchInactive(), "no functorch transform is active")
+    traced_in_backward = in_backward(tx)
+    if not traced_in_backward:  # (in a backward: checked when the site runs, guards are behind)
+        tx.output.guards.PREDICATE(None, _FunctorchInactive(), "no functorch transform is active")
     # torch 2.13's boxed-gradients protocol (absent before it: guarded absent)
     if cls_var.has_attr(tx, "boxed_grads_call") and _class_attr(tx, cls_var, "boxed_grads_call").as_python_constant():
         raise Unsupported(f"{name}.boxed_grads_call is set")
@@ -294,7 +302,8 @@ def trace_apply(tx, cls_var, args, kwargs):
         saved=[position[n] if n is not None else None for n in saved],
         extras=[position[n] for n in extras],
         non_differentiable=[i for i, v in enumerate(items) if getattr(v, "node", None) in non_diff],
-        backward=backward and backward.runtime(saved, extras), read_saved=ctx.read_saved, once=once)
+        backward=backward and backward.runtime(saved, extras), read_saved=ctx.read_saved, once=once,
+        in_backward=traced_in_backward)
     hidden_var = ListVariable([graph_value(n) for n in hidden])
     result = tx.output.call_graph(tx, "call_function", site, (hidden_var, *call_args), {})
     tensors = iter(result.items)
@@ -363,7 +372,7 @@ def _trace_backward(tx, bwd, ctx, items, args, name, cls_name):
         grad_results = _grad_results(result, args, name)
         br.check()
         for node in br.nodes():
-            if node.target in _STATE_SWITCHES:
+            if node.target in _STATE_SWITCHES and not node.meta.get("pydynamo_backward_grad_block"):
                 raise Unsupported(f"{name}.backward switches global state ({node.target.__name__})")
         bwd_out = list(dict.fromkeys(g.node for g in grad_results if g is not None))
         bwd_gm, lifted = br.extract(stand_ins, bwd_out, f"{cls_name}Backward")
@@ -436,15 +445,20 @@ class _FunctionSite:
     returns the forward's tensor outputs, as a tuple."""
 
     def __init__(self, *, name, fwd, fwd_inputs, outputs, is_tuple, saved, extras,
-                 non_differentiable, backward, read_saved, once):
+                 non_differentiable, backward, read_saved, once, in_backward=False):
         self.__name__ = self.__qualname__ = f"autograd_function_{name}"
         self.fwd, self.fwd_inputs, self.outputs, self.is_tuple = fwd, fwd_inputs, outputs, is_tuple
         self.saved, self.extras, self.non_differentiable = saved, extras, non_differentiable
         self.bwd, self.bwd_inputs, self.grads = backward or (None, None, None)
         self.read_saved = read_saved
         self.backward = once_differentiable(_run_backward) if once else _run_backward
+        self.in_backward = in_backward
 
     def __call__(self, hidden, *args):
+        if self.in_backward and torch._C._are_functorch_transforms_active():
+            raise RuntimeError(f"{self.__name__}: pydynamo traced this autograd.Function inside a "
+                               "backward with no functorch transform active, and one is "
+                               "(is_grads_batched=True?); differentiate it outside compiled code")
         outs = _RuntimeFunction.apply(self, hidden, *args)
         if not self.is_tuple:
             return (outs,)
@@ -475,8 +489,11 @@ class _RuntimeFunction(torch.autograd.Function):
 
 def _run_backward(ctx, *grads):
     site = ctx.pydynamo_site
-    if site.bwd is None:  # the trace saw no input requiring grad, with grad mode on
-        raise RuntimeError(f"{site.__name__}: a backward the trace did not expect")
+    if site.bwd is None:  # traced with grad mode off, or no input requiring grad
+        raise RuntimeError(f"{site.__name__}: pydynamo traced this autograd.Function where autograd "
+                           "records no node for it (grad mode off, as in a backward run without "
+                           "create_graph=True), so its backward was not traced; differentiate it "
+                           "outside compiled code")
     saved = ctx.saved_tensors if site.read_saved else ()
     inputs = []
     for kind, i in site.bwd_inputs:

@@ -335,14 +335,35 @@ class GradModeVariable(DecoratorForm, ContextManagerVariable):
     def _enter(self, tx):
         if self.entered_on_create:
             self.outer_grad = self.initial
+            return ConstantVariable(None)
+        self.initial = torch.is_grad_enabled()
+        self._store_attr(tx, "prev", self.initial)
+        from .subgraph import in_backward
+        if in_backward(tx):
+            self._enter_in_backward(tx)
         else:
-            self.initial = torch.is_grad_enabled()
-            self._store_attr(tx, "prev", self.initial)
             set_grad_mode(tx, self.target)
         return ConstantVariable(None)
 
+    def _enter_in_backward(self, tx):
+        """Inside an autograd.Function's backward, whose grad mode autograd decides when it runs
+        (create_graph): the block switches at run time and restores the mode it found then, not
+        the mode the trace assumed (autograd_function._trace_backward keeps these nodes)."""
+        graph = tx.output.graph
+        self.prev_node = graph.call_function(torch.is_grad_enabled, ())
+        torch._C._set_grad_enabled(self.target)
+        switch = graph.call_function(torch._C._set_grad_enabled, (self.target,))
+        for node in (self.prev_node, switch):
+            node.meta["pydynamo_backward_grad_block"] = True
+
     def _exit(self, tx):
-        set_grad_mode(tx, self.initial)
+        prev = getattr(self, "prev_node", None)
+        if prev is None:
+            return set_grad_mode(tx, self.initial)
+        torch._C._set_grad_enabled(self.initial)
+        node = tx.output.graph.call_function(torch._C._set_grad_enabled, (prev,))
+        node.meta["pydynamo_backward_grad_block"] = True
+        self.prev_node = None
 
     def leave_real(self):
         torch._C._set_grad_enabled(self.initial)
