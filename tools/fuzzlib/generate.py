@@ -13,6 +13,7 @@ from .families_flags import fam_flags
 from .families_breaks import fam_rebuild
 from .families_sweep import fam_breadth3, fam_rawdicts
 from .families_numbers import fam_counters, fam_optim
+from .families_autograd import fam_autograd
 from .families_subclasses import fam_subclass
 from .families_hops import fam_hops
 from .families_sizes import fam_sizes
@@ -28,7 +29,7 @@ FAMILIES = {f.__name__[4:]: f for f in [fam_tensor, fam_scalar, fam_object, fam_
                                          fam_exc, fam_dyn, fam_methods, fam_newobj, fam_config, fam_records,
                                          fam_pystd, fam_dispatch, fam_hooks, fam_tattrs, fam_numpy, fam_sizes, fam_torchapis, fam_caches, fam_flags, fam_cattrs, fam_hops,
                                          fam_rebuild, fam_rawdicts, fam_breadth3,
-                                         fam_counters, fam_optim, fam_subclass]}
+                                         fam_counters, fam_optim, fam_subclass, fam_autograd]}
 SHAPES = [(2, 3), (3, 4), (4,), (2, 3, 4), (1, 4), (4, 1), (2, 2, 1, 2)]
 DTYPES = ["float32"] * 4 + ["float64", "int64", "bool", "complex64", "float16"]
 
