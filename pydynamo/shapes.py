@@ -272,6 +272,9 @@ class ShapeTracker:
         from the inner tensors, which the SHAPE_ENV check and the inner TENSOR_MATCHes guard
         (subclasses.guard_subclass)."""
         from torch.fx.experimental.symbolic_shapes import SubclassSymbolicContext
+        if not _TRACKS_OUTER_OPTIONAL:
+            raise Unsupported("a jagged NestedTensor input needs torch >= 2.12 (its outer sizes "
+                              "would be guarded as symbols of their own)")
         src = self._src(source)
 
         def inner(name):
@@ -374,6 +377,17 @@ class ShapeTracker:
             compiler = _FactCompiler(self._names)
             facts = tuple((compiler.compile(e), compiler.text(e)) for e in exprs)
             guards.SHAPE_ENV(tuple(compiler.bindings), facts)
+
+
+def _tracks_outer_optional():
+    """Whether this torch's SubclassSymbolicContext can leave a subclass's outer sizes untracked
+    (``track_outer_size_stride``, torch 2.12): a jagged NestedTensor's are its nested ints."""
+    import inspect
+    from torch.fx.experimental.symbolic_shapes import SubclassSymbolicContext
+    return "track_outer_size_stride" in inspect.signature(SubclassSymbolicContext).parameters
+
+
+_TRACKS_OUTER_OPTIONAL = _tracks_outer_optional()
 
 
 # a jagged NestedTensor's cached min/max sequence lengths, held as the size of a tensor: symbolic

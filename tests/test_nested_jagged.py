@@ -15,6 +15,10 @@ from pydynamo.testing import CompileCounter
 
 BACKENDS = ["eager", "aot_eager", "inductor"]
 
+# torch < 2.12 cannot leave a subclass's outer sizes untracked (its nested ints): refused there
+from pydynamo.shapes import _TRACKS_OUTER_OPTIONAL  # noqa: E402
+needs_njt = pytest.mark.skipif(not _TRACKS_OUTER_OPTIONAL, reason="torch < 2.12: jagged inputs refused")
+
 
 def _nt(lens, dim=4, grad=False, seed=0):
     g = torch.Generator().manual_seed(seed)
@@ -53,6 +57,7 @@ def _tc_graphs(fn, *args):
     return explained.graph_count, explained.graph_break_count
 
 
+@needs_njt
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
 def test_jagged_programs_in_one_graph_like_torch_compile(name):
     fn = PROGRAMS[name]
@@ -67,6 +72,7 @@ def test_jagged_programs_in_one_graph_like_torch_compile(name):
         _same(compiled(_nt(lens, seed=len(lens))), fn(_nt(lens, seed=len(lens))))
 
 
+@needs_njt
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
 @pytest.mark.parametrize("name", ["pointwise", "linear_relu", "softmax", "sum_ragged", "from_jagged"])
 def test_jagged_programs_through_aot_backends(backend, name):
@@ -79,6 +85,7 @@ def test_jagged_programs_through_aot_backends(backend, name):
         _same(compiled(_nt(lens)), fn(_nt(lens)))
 
 
+@needs_njt
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_jagged_training_gradients_equal_eager(backend):
     lin = torch.nn.Linear(4, 3)
@@ -99,6 +106,7 @@ def test_jagged_training_gradients_equal_eager(backend):
         assert torch.allclose(lin.weight.grad, ref_lin.weight.grad, atol=1e-5)
 
 
+@needs_njt
 def test_new_lengths_reuse_the_graph_a_new_batch_size_recompiles():
     """The ragged size and the cached min/max lengths are symbolic: new lengths for the same
     batch size hit; a new batch size recompiles (torch.compile makes it dynamic once changed)."""
@@ -112,6 +120,7 @@ def test_new_lengths_reuse_the_graph_a_new_batch_size_recompiles():
     assert counter.frame_count == 2
 
 
+@needs_njt
 def test_what_the_graph_depends_on_is_guarded():
     """A NestedTensor of another dtype, feature size or ragged dimension, or a dense tensor, is not
     served by the graph traced for the first one."""
@@ -127,6 +136,7 @@ def test_what_the_graph_depends_on_is_guarded():
     assert counter.frame_count == 1 + len(others)
 
 
+@needs_njt
 def test_attention_over_a_nested_tensor_breaks_with_a_reason():
     """SDPA on a NestedTensor builds torch's SDPAParams to pick a kernel: a C object the trace
     does not model yet. The call runs eagerly, with the reason, the result right."""
@@ -155,6 +165,7 @@ def test_the_dispatch_mode_readers_of_its_override_are_guarded():
     assert explained.graph_break_count == 0
 
 
+@needs_njt
 @pytest.mark.skipif(os.environ.get("PYDYNAMO_TESTS_PORTABLE_GUARDS") == "1", reason="the rerun itself")
 def test_jagged_inputs_with_the_portable_guards():
     """The same tests where pydynamo's C++ tensor module is not built (as CI's isolated build)."""
@@ -163,3 +174,12 @@ def test_jagged_inputs_with_the_portable_guards():
                         "one_graph or guarded or recompiles", __file__],
                        env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+
+
+@pytest.mark.skipif(_TRACKS_OUTER_OPTIONAL, reason="torch >= 2.12 traces jagged inputs")
+def test_older_torch_refuses_jagged_inputs_with_the_reason():
+    fn = PROGRAMS["pointwise"]
+    pydynamo.reset()
+    explained = pydynamo.explain(fn)(_nt([3, 5]))
+    assert any("needs torch >= 2.12" in str(b.reason) for b in explained.break_reasons)
+    _same(pydynamo.optimize("eager")(fn)(_nt([3, 5])), fn(_nt([3, 5])))
