@@ -81,7 +81,7 @@ def aot_eager(gm, example_inputs):
     ahead of time, executed as Python (the reference for what compiling backends must match)."""
     from torch._functorch.aot_autograd import aot_module_simplified, make_boxed_compiler
 
-    from ..convert_frame import compiler_without_hook
+    from ..compile_context import compiler_without_hook
 
     # the backward graph is compiled at the first backward and run at each: hook off for both
     @compiler_without_hook

@@ -277,7 +277,7 @@ def cudagraphs(gm, example_inputs):
     """The backend "cudagraphs": AOTAutograd's ATen graphs, unfused, replayed as CUDA graphs."""
     from torch._functorch.aot_autograd import aot_module_simplified, make_boxed_func
 
-    from ..convert_frame import compiler_without_hook
+    from ..compile_context import compiler_without_hook
     wrap = graphed(gm)
 
     def plain(graph, inputs):

@@ -65,7 +65,7 @@ def triton_backend(gm, example_inputs, mode=None):
     eager_bw = os.environ.get("PYDYNAMO_TRITON_EAGER_BACKWARD", "0") == "1"
     from torch.fx._lazy_graph_module import _use_lazy_graph_module
 
-    from ...convert_frame import compiler_without_hook
+    from ...compile_context import compiler_without_hook
     timing.add("setup", time.perf_counter() - start)
     # Lazy graph modules: AOTAutograd and its partitioner make a GraphModule at every step and
     # each would generate and compile its Python code at once; lazily, only the ones called are
