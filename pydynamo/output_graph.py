@@ -380,22 +380,20 @@ class OutputGraph:
             example_inputs = [v.as_subclass(torch.Tensor) if i in subclassed else v
                               for i, v in enumerate(example_inputs)]
         try:
-            if self.shapes.used or self.subgraphs or wrappers:
-                # as torch.compile does: the backend's fake tensors and guards (Inductor's
-                # divisibility assumptions) go to this graph's ShapeEnv, whose facts are guarded;
-                # higher-order ops' bodies are retraced in it (a while_loop's unbacked sizes;
-                # Inductor lowers scan and map to while loops that index by ``.item()``); a jagged
-                # NestedTensor input's nested int lives in it
-                from torch._guards import TracingContext, tracing
-                saved = self.fake_mode.allow_scalar_outputs
-                self.fake_mode.allow_scalar_outputs = saved or bool(self.subgraphs)
-                try:
-                    with tracing(TracingContext(self.fake_mode)):
-                        compiled = self.backend(gm, example_inputs)
-                finally:
-                    self.fake_mode.allow_scalar_outputs = saved
-            else:
-                compiled = self.backend(gm, example_inputs)
+            # as torch.compile does, the backend runs in a TracingContext holding the graph's fake
+            # mode (``detect_fake_mode(example_inputs)``, ``TracingContext.try_get()`` find it): its
+            # fake tensors and guards (Inductor's divisibility assumptions) go to this graph's
+            # ShapeEnv, whose facts are guarded; higher-order ops' bodies are retraced in it (a
+            # while_loop's unbacked sizes; Inductor lowers scan and map to while loops that index
+            # by ``.item()``); a jagged NestedTensor input's nested int lives in it
+            from torch._guards import TracingContext, tracing
+            saved = self.fake_mode.allow_scalar_outputs
+            self.fake_mode.allow_scalar_outputs = saved or bool(self.subgraphs)
+            try:
+                with tracing(TracingContext(self.fake_mode)):
+                    compiled = self.backend(gm, example_inputs)
+            finally:
+                self.fake_mode.allow_scalar_outputs = saved
         except Exception as e:
             raise BackendCompilerFailed(self.backend, e) from e
         if overridden:
