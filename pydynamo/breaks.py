@@ -343,7 +343,7 @@ ENTRIES = [
            r"whose class customises attribute access", r"^Tensor\.as_subclass\(",
            r"\(a __torch_function__ subclass\): not offered", r"^handle_torch_function with no ",
            r"^DTensor\.\w+ with no tensor argument|^\S+ with no tensor argument$",
-           r": argument .* is neither a tensor nor a constant$"),
+           r": argument .* is neither a tensor nor a constant$", r"^a jagged NestedTensor input needs torch "),
           example="tensor subclass MyTensor"),
     Break("PD502", "a tensor attribute or method pydynamo does not model",
           "Tensor methods become graph ops; attributes are read from the fake tensor where "
