@@ -618,7 +618,7 @@ def children(var, through_iterators=True):
     from .variables.exceptions import ExceptionVariable
     from .variables.functions import NestedUserFunctionVariable, UserMethodVariable
     from .variables.lists import BaseListVariable, ListIteratorVariable
-    from .variables.objects import InstanceDictVariable, MappingProxyVariable
+    from .variables.mappings import InstanceDictVariable, MappingProxyVariable
     sequences = (BaseListVariable, ListIteratorVariable) if through_iterators else BaseListVariable
     if isinstance(var, sequences):
         return list(var.items)

@@ -706,7 +706,7 @@ def _getrecursionlimit(tx):
 
 @handles(__import__("types").MappingProxyType)
 def _mappingproxy(tx, mapping):
-    from .objects import MappingProxyVariable
+    from .mappings import MappingProxyVariable
     return MappingProxyVariable(mapping)
 
 

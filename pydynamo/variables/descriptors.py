@@ -199,7 +199,8 @@ def bind(tx, obj, name, attr, src, slots=None, cls_var=None):
     class ``cls_var`` is (a namedtuple's methods)."""
     from .builder import wrap_value
     from .functions import UserMethodVariable
-    from .objects import BuiltinMethodVariable, InstanceDictVariable, UserDefinedObjectVariable
+    from .mappings import InstanceDictVariable
+    from .objects import BuiltinMethodVariable, UserDefinedObjectVariable
     cls_var = cls_var or obj.cls_var
     user_obj = isinstance(obj, UserDefinedObjectVariable)
     if isinstance(attr, types.FunctionType):

@@ -105,7 +105,7 @@ class IdKey:
 def same_object(tx, a, b):
     """Whether trackers ``a`` and ``b`` are one object: True, False, or None (not known)."""
     from .builtin import is_same_object
-    from .objects import InstanceDictVariable
+    from .mappings import InstanceDictVariable
     if a is b:
         return True
     da, db = isinstance(a, InstanceDictVariable), isinstance(b, InstanceDictVariable)
@@ -180,7 +180,7 @@ def _alive(tx, var, reachable):
     being traced, or read from the frame's inputs while nothing the frame received has been
     changed yet (the caller holds the arguments, so what they reach stays alive), or the
     ``__dict__`` of such an object."""
-    from .objects import InstanceDictVariable
+    from .mappings import InstanceDictVariable
     if isinstance(var, ConstantVariable) and type(var.value) in _IMMORTAL:
         return True
     if id(var) in reachable:

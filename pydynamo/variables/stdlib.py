@@ -470,7 +470,8 @@ def _is_default_getstate(tx, obj, getstate):
 @handles(polyfills._instance_dict)
 def _instance_dict(tx, obj):
     from .constant import ConstantVariable
-    from .objects import InstanceDictVariable, _real_dict
+    from .mappings import InstanceDictVariable
+    from .objects import _real_dict
     obj = _user_object(obj, "the state of")
     if not obj.has_dict():
         return ConstantVariable(None)
