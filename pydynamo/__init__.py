@@ -13,6 +13,7 @@ from . import _C, config, debug, logs
 from . import compiler  # noqa: E402 - torch.compiler's names (set_stance, nested_compile_region...)
 from .api import allow_in_graph, disallow_in_graph, graph_break
 from .backends import list_backends, lookup_backend, register_backend
+from .dropin import install, installed, uninstall
 from .eval_frame import OptimizedModule, assume_constant_result, disable, optimize, run, run_only
 from .explain import ExplainOutput, explain
 from .export import ExportResult, export, exported_program
@@ -72,7 +73,11 @@ def _clear_shape_env_caches():
         cache.clear()
 
 
-__all__ = ["optimize", "compile", "disable", "assume_constant_result", "reset", "explain", "ExplainOutput", "run", "run_only",
+from . import dropin as _dropin  # noqa: E402
+_dropin.install_from_env()  # PYDYNAMO_TORCH_COMPILE=1: torch.compile goes to pydynamo
+
+
+__all__ = ["install", "uninstall", "installed", "optimize", "compile", "disable", "assume_constant_result", "reset", "explain", "ExplainOutput", "run", "run_only",
            "list_backends", "lookup_backend", "register_backend", "OptimizedModule", "config", "mark_dynamic", "mark_static",
            "maybe_mark_dynamic", "mark_static_address", "graph_break", "allow_in_graph", "disallow_in_graph",
            "is_compiling", "export", "exported_program", "ExportResult", "compiler"]

@@ -192,7 +192,7 @@ class Dumper:
         lines = [f"# pydynamo: graph {name} of {output.code.co_qualname} "
                  f"({output.code.co_filename}:{output.code.co_firstlineno}), as FX prints it;",
                  "# the backend compiled it. Its inputs, in order:"]
-        for source, _, var in output.inputs.values():
+        for source, _, var in output.graph_inputs():
             node = getattr(var, "node", None)
             lines.append(f"#     {getattr(node, 'target', '?')} = {source.name()}")
         return self._write(name, lines + [gm.code.strip("\n").rstrip()])

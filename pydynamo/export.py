@@ -306,7 +306,7 @@ class _Capture:
 
     @property
     def sources(self):
-        return [(source, value) for source, value, _ in self.output.inputs.values()]
+        return [(source, value) for source, value, _ in self.output.graph_inputs()]
 
     @property
     def fake_mode(self):

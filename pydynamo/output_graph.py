@@ -58,6 +58,13 @@ class OutputGraph:
         self.fake_mode = FakeTensorMode(shape_env=self.shapes.shape_env)
         self.guards = GuardBuilder()
         self.inputs = {}  # source name -> (source, real tensor, TensorVariable)
+        self.input_nodes = {}  # source name -> its placeholder
+        self.input_ids = {}  # id(tensor) -> source name of the input that is that object
+        # sympy symbol -> the placeholder of the SymInt that gives it (a size of a tensor input, an
+        # int argument: ``s0`` as torch.compile passes it); pydynamo.export keeps its own signature
+        self.bound_symbols = {}
+        self.bind_symbols = getattr(backend, "pydynamo_export_hook", None) is None
+        self.graph_input_keys = None  # the inputs the compiled graph takes, in order (_compile)
         self.input_versions = {}  # source name -> (fake tensor, its version counter when read)
         self.input_arrays = {}  # source name -> the ndarray an input tensor views (variables/ndarray.py)
         self.side_effects = SideEffects()
@@ -85,11 +92,11 @@ class OutputGraph:
             return None
         return f"{tx.code.co_filename}:{tx.current.lineno} ({tx.code.co_name})"
 
-    def _placeholder(self, source):
+    def _placeholder(self, source, name=None, type_expr=None):
         # two sources may read the same identifier (L['m'].layers[0] and L['m'].layers['0']):
         # placeholder names become the graph function's parameters, so they must differ
         taken = {n.target for n in self.graph.nodes if n.op == "placeholder"}
-        name = base = source.graph_input_name()
+        name = base = name or source.graph_input_name()
         k = 0
         while name in taken:
             k += 1
@@ -97,8 +104,36 @@ class OutputGraph:
         first_op = next((n for n in self.graph.nodes if n.op != "placeholder"), None)
         if first_op is not None:
             with self.graph.inserting_before(first_op):
-                return self.graph.placeholder(name)
-        return self.graph.placeholder(name)
+                node = self.graph.placeholder(name, type_expr=type_expr)
+        else:
+            node = self.graph.placeholder(name, type_expr=type_expr)
+        self.input_nodes[source.name()] = node
+        return node
+
+    def _bind_symbols(self, source, value, fake):
+        """A SymInt placeholder before a dense tensor input for each symbol its sizes, strides or
+        storage offset introduce (``s0``, read from the tensor at each call), as torch.compile
+        hands its graphs: backends that split or re-trace the graph find every symbol bound, and
+        the graph reads sizes from them (``_use_bound_symbols``)."""
+        import sympy
+        from .source import TensorSizeSource
+        from .variables.sym import SymNodeVariable
+        from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+        if not self.bind_symbols or is_traceable_wrapper_subclass(value) or value.layout != torch.strided:
+            return
+        items = [*(("size", d, s) for d, s in enumerate(fake.size())),
+                 *(("stride", d, s) for d, s in enumerate(fake.stride())), ("storage_offset", None, fake.storage_offset())]
+        for prop, dim, sym in items:
+            if not isinstance(sym, torch.SymInt):
+                continue
+            expr = sym.node.expr
+            if not isinstance(expr, sympy.Symbol) or expr in self.bound_symbols:
+                continue
+            src = TensorSizeSource(source, dim, prop)
+            node = self._placeholder(src, name=str(expr), type_expr=torch.SymInt)
+            node.meta["example_value"] = sym
+            self.inputs[src.name()] = (src, sym, SymNodeVariable(node, sym, src))
+            self.bound_symbols[expr] = node
 
     def add_symint_input(self, source, value):
         """A Python int argument with a symbolic value: a SymInt graph input."""
@@ -106,9 +141,11 @@ class OutputGraph:
         key = source.name()
         if key in self.inputs:
             return self.inputs[key][2]
-        node = self._placeholder(source)
         sym = self.shapes.symint(source, value)
+        node = self._placeholder(source, type_expr=torch.SymInt)
         node.meta["example_value"] = sym
+        if self.bind_symbols and not isinstance(sym, int) and sym.node.expr.is_Symbol:
+            self.bound_symbols.setdefault(sym.node.expr, node)
         var = SymNodeVariable(node, sym, source)
         self.inputs[key] = (source, sym, var)  # backends get the SymInt, as torch.compile's do
         return var
@@ -138,18 +175,27 @@ class OutputGraph:
         key = source.name()
         if key in self.inputs:
             return self.inputs[key][2]
+        same = self.input_ids.get(id(value))
+        if same is not None and same not in self.input_arrays and self.inputs[same][1] is value:
+            # one placeholder per tensor object (tied weights, a tensor passed twice), as
+            # torch.compile hands them, while the two paths reach one object
+            self.guards.ALIASING([self.inputs[same][0], source], [value, value])
+            return self.inputs[same][2]
         try:
             fake = self.fake_mode.from_tensor(value, static_shapes=True) if static else \
                 self.shapes.fakify(self.fake_mode, source, value)
         except RuntimeError as e:  # torch refuses to read the tensor (a view poisoned by an in-place op)
             raise Unsupported(f"{source.name()} cannot be traced: {str(e).splitlines()[0][:200]}") from None
-        node = self._placeholder(source)
+        if not static:
+            self._bind_symbols(source, value, fake)
+        node = self._placeholder(source, type_expr=type(value))
         node.meta["example_value"] = fake
         # a module's parameter or buffer: backends may treat its address as stable (Inductor does)
         node.meta["pydynamo_static"] = isinstance(source, ModuleMemberSource) and source.table != "_modules" \
             or self.shapes.static_address(self.guards, source, value)
         var = TensorVariable(node, fake, source, python_cls=type(value))
         self.inputs[key] = (source, value, var)
+        self.input_ids[id(value)] = key
         self.input_versions[key] = (fake, _version(fake))
         return var
 
@@ -255,7 +301,7 @@ class OutputGraph:
             self.graph.output(tuple(v.node for v in outputs))
             name = self._compile()
             cg.load_global(name, push_null=True)
-            sources = [src for src, _, _ in self.inputs.values()]
+            sources = [src for src, _, _ in self.graph_inputs()]
             cg.load_sources(sources)
             cg.append_call(len(sources))
             cg.store_local(GRAPH_OUT)
@@ -355,6 +401,66 @@ class OutputGraph:
         pairs = overlapping_pairs([v for _, v, _ in items], idx)
         self.guards.ALIASING([s for s, _, _ in items], [v for _, v, _ in items], MemoryOverlap(idx, pairs))
 
+    def graph_inputs(self):
+        """(source, value, tracker) of each input the graph takes, in its placeholders' order."""
+        if self.graph_input_keys is None:
+            return list(self.inputs.values())
+        return [self.inputs[k] for k in self.graph_input_keys]
+
+    def _use_bound_symbols(self):
+        """A node computing a size that is a bound symbol (``x.size(0)`` is ``s0``) reads the
+        symbol's placeholder instead: the same value whenever the guards hold."""
+        if not self.bound_symbols:
+            return
+        by_expr = {}
+        for node in self.input_nodes.values():
+            expr = _sym_expr(node.meta.get("example_value"))
+            if expr is not None and expr.is_Symbol:
+                by_expr.setdefault(expr, node)
+        for node in list(self.graph.nodes):
+            if node.op in ("call_function", "call_method"):
+                target = by_expr.get(_sym_expr(node.meta.get("example_value")))
+                if target is not None:
+                    node.replace_all_uses_with(target)
+
+    def _drop_unused_inputs(self):
+        """Inputs the graph does not use are not placeholders (torch.compile's convention): a
+        tensor read only for its sizes, which are constants or symbols; an int argument it does
+        not use. A symbol's first placeholder stays while a tensor placeholder's sizes hold the
+        symbol; a jagged NestedTensor's nested int always does. Guards still read every input."""
+        held = set()  # the symbols in the kept tensor placeholders' sizes, strides, offsets
+        for key, (_, value, _) in self.inputs.items():
+            node = self.input_nodes[key]
+            if not isinstance(value, torch.Tensor):
+                continue
+            if not node.users:
+                self.graph.erase_node(node)
+                continue
+            fake = node.meta["example_value"]
+            try:
+                for s in (*fake.size(), *fake.stride(), fake.storage_offset()):
+                    expr = _sym_expr(s)
+                    if expr is not None:
+                        held |= expr.free_symbols
+            except Exception:  # sizes a wrapper subclass does not give (a NestedTensor's strides)
+                pass
+        kept, seen = [], set()
+        for key, (_, value, _) in self.inputs.items():
+            node = self.input_nodes[key]
+            if isinstance(value, torch.Tensor):
+                if node.users:
+                    kept.append(key)
+                continue
+            expr = _sym_expr(value)
+            if not node.users and expr is not None and not _is_nested_int(value) and \
+                    not (expr.is_Symbol and expr in held and expr not in seen):
+                self.graph.erase_node(node)
+                continue
+            if expr is not None:
+                seen.add(expr)
+            kept.append(key)
+        self.graph_input_keys = kept
+
     def _compile(self):
         # Parameters and buffers are distinct objects by construction (tied weights are one input:
         # inputs are keyed by source and module members by identity of their dict entries);
@@ -364,12 +470,15 @@ class OutputGraph:
         if len(free) > 1:
             self.guards.ALIASING([s for s, _ in free], [v for _, v in free])
         self._guard_memory_overlap()
+        self._use_bound_symbols()
         _remove_dead_nodes(self.graph)
+        if self.bind_symbols:  # (pydynamo.export's signature takes every input it read)
+            self._drop_unused_inputs()
         gm = torch.fx.GraphModule(self.root_module(self.graph), self.graph)
         self.shapes.insert_runtime_asserts(gm, self.code.co_name)
         gm.recompile()
         self.graph_module = gm
-        example_inputs = [value for _, value, _ in self.inputs.values()]
+        example_inputs = [value for _, value, _ in self.graph_inputs()]
         from .variables.subclasses import has_python_torch_function, is_wrapper_with_torch_function, \
             subclass_inputs
         overridden = [i for i, v in enumerate(example_inputs)
@@ -414,6 +523,23 @@ _PURE_NAMES = frozenset({
     "lt", "le", "gt", "ge", "eq", "ne", "and_", "or_", "invert", "flatten", "unflatten", "narrow",
     "select", "clone", "float", "long", "int", "bool", "half", "bfloat16", "zeros", "ones", "full",
     "zeros_like", "ones_like", "full_like", "cat", "stack", "where", "masked_fill", "matmul", "softmax"})
+
+
+def _sym_expr(value):
+    """The sympy expression of a SymInt (None for anything else, a nested int included)."""
+    if not isinstance(value, torch.SymInt):
+        return None
+    try:
+        return value.node.expr
+    except Exception:
+        return None
+
+
+def _is_nested_int(value):
+    try:
+        return value.node.is_nested_int()
+    except Exception:
+        return False
 
 
 def _droppable(node):

@@ -131,24 +131,30 @@ class AttrSource(Source):
 
 
 class TensorSizeSource(Source):
-    """``base.size(dim)``: a graph input's size that is an argument of its own (a jagged
-    NestedTensor's nested int, as torch.compile passes it). Never guarded: the symbol's facts are
-    its tensor's."""
+    """``base.size(dim)`` (``prop`` "stride": ``base.stride(dim)``; "storage_offset":
+    ``base.storage_offset()``): a graph input's size that is an argument of its own, the
+    placeholder of a symbol as torch.compile passes it (``s0``; a jagged NestedTensor's nested
+    int). Never guarded: the symbol's facts are its tensor's."""
 
-    def __init__(self, base, dim):
-        assert isinstance(base, Source)
-        self.base, self.dim = base, dim
+    def __init__(self, base, dim, prop="size"):
+        assert isinstance(base, Source) and prop in ("size", "stride", "storage_offset")
+        self.base, self.dim, self.prop = base, dim, prop
 
     def name(self):
-        return f"{self.base.name()}.size()[{self.dim}]"
+        if self.prop == "storage_offset":
+            return f"{self.base.name()}.storage_offset()"
+        return f"{self.base.name()}.{self.prop}()[{self.dim}]"
 
     def steps(self):
         raise NotImplementedError("a tensor's size is guarded by its tensor's guards")
 
     def reconstruct(self, codegen):
         import torch
-        codegen.load_function(torch.Tensor.size)
+        codegen.load_function(getattr(torch.Tensor, self.prop))
         codegen.source(self.base)
+        if self.prop == "storage_offset":
+            codegen.append_call(1)
+            return
         codegen.load_const(self.dim)
         codegen.append_call(2)
 
