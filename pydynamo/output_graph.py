@@ -8,6 +8,7 @@ with no reference cycle through co_extra), and assembles the new code object.
 """
 import contextlib
 import itertools
+import linecache
 import operator
 import weakref
 
@@ -83,6 +84,8 @@ class OutputGraph:
         self.gather_indexing = 0  # tracing a body torch maps with vmap (flex_attention.py)
         self.subgraphs = {}  # attribute name -> GraphModule: the bodies of higher-order ops
         self.initial_grad_mode = torch.is_grad_enabled()
+        self.module_stack = {}  # str(id(module)) -> (source name, class) of the module calls being traced
+        self._stack_traces = {}  # ((id(code), line), ...) -> stack_trace text
 
     # ---- building the graph -------------------------------------------------------------------
 
@@ -240,7 +243,37 @@ class OutputGraph:
         node.meta["example_value"] = value
         if bindings:
             node.meta["unbacked_bindings"] = bindings
+        self._annotate(tx, node, target)
         return wrap_fx_value(tx, node, value)
+
+    def _annotate(self, tx, node, target):
+        """What torch's passes and backends read off a node, as torch.compile fills it: the
+        user's stack, the module calls it is in (``nn_module_stack``: id -> (path, class)), and
+        what made it (``source_fn_stack``: a torch.nn module's class inside one, else the op)."""
+        node.meta["stack_trace"] = self._stack_trace(tx)
+        fn = target
+        if self.module_stack:
+            node.meta["nn_module_stack"] = dict(self.module_stack)
+            cls = next(reversed(self.module_stack.values()))[1]
+            if cls.__module__.startswith("torch.nn."):
+                fn = cls
+        node.meta["source_fn_stack"] = [(node.name, fn)]
+
+    def _stack_trace(self, tx):
+        frames = []
+        while tx is not None:
+            if tx.current is not None and tx.current.lineno is not None:
+                frames.append((tx.code, tx.current.lineno))
+            tx = getattr(tx, "parent", None)
+        key = tuple((id(code), line) for code, line in frames)
+        text = self._stack_traces.get(key)
+        if text is None:
+            parts = []
+            for code, line in reversed(frames):
+                src = linecache.getline(code.co_filename, line).strip()
+                parts.append(f'  File "{code.co_filename}", line {line}, in {code.co_name}\n' + (f"    {src}\n" if src else ""))
+            text = self._stack_traces[key] = "".join(parts)
+        return text
 
     def _node_arg(self, var):
         return _graph_arg(var, _node_of, self._size_node)
@@ -477,6 +510,9 @@ class OutputGraph:
         gm = torch.fx.GraphModule(self.root_module(self.graph), self.graph)
         self.shapes.insert_runtime_asserts(gm, self.code.co_name)
         gm.recompile()
+        gm.meta["dynamo_flat_name_to_original_fqn"] = {
+            self.input_nodes[src.name()].name: _module_fqn(src) for src, _, _ in self.graph_inputs()
+            if isinstance(src, ModuleMemberSource)}
         self.graph_module = gm
         example_inputs = [value for _, value, _ in self.graph_inputs()]
         from .variables.subclasses import has_python_torch_function, is_wrapper_with_torch_function, \
@@ -523,6 +559,16 @@ _PURE_NAMES = frozenset({
     "lt", "le", "gt", "ge", "eq", "ne", "and_", "or_", "invert", "flatten", "unflatten", "narrow",
     "select", "clone", "float", "long", "int", "bool", "half", "bfloat16", "zeros", "ones", "full",
     "zeros_like", "ones_like", "full_like", "cat", "stack", "where", "masked_fill", "matmul", "softmax"})
+
+
+def _module_fqn(source):
+    """``b.l.weight`` for the parameter ``L['self'].b.l.weight``: its path below the module the
+    frame reached first."""
+    keys = []
+    while isinstance(source, ModuleMemberSource):
+        keys.append(str(source.key))
+        source = source.base
+    return ".".join(reversed(keys))
 
 
 def _sym_expr(value):

@@ -89,3 +89,188 @@ def test_torchs_aot_autograd_helper_as_a_user_backend():
     f(x).backward()
     assert torch.allclose(got, w.grad)
     assert len(compiled_graphs) == 2  # forward and backward
+
+
+# ---- the graph as torch.compile hands it: the same programs, pydynamo's and torch.compile's ---
+
+class Shapes:
+    """A backend that records, per graph, its placeholders (kind, symbolic sizes), the example
+    inputs' types and the node metadata keys."""
+
+    def __init__(self):
+        self.graphs = []
+
+    def __call__(self, gm, example_inputs):
+        phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        self.graphs.append({
+            "placeholders": [_describe(n.meta["example_value"]) for n in phs],
+            "names": [n.name for n in phs],
+            "inputs": [type(a).__name__ for a in example_inputs],
+            "meta": [sorted(k for k in n.meta if k in _META) for n in gm.graph.nodes if n.op == "call_function"],
+            "modules": [[v[1] for v in n.meta.get("nn_module_stack", {}).values()]
+                        for n in gm.graph.nodes if n.op == "call_function"],
+            "gm": gm,
+        })
+        return gm.forward
+
+
+_META = ("example_value", "stack_trace", "source_fn_stack", "nn_module_stack")
+
+
+def _describe(v):
+    """A placeholder's value with the symbols' names left out (each compiler numbers its own)."""
+    if isinstance(v, torch.SymInt):
+        return "SymInt"
+    sizes = ["s" if isinstance(s, torch.SymInt) else int(s) for s in v.size()]
+    return (type(v).__name__, tuple(sizes))
+
+
+def _both(fn, calls, **kw):
+    """Shapes records of pydynamo's graphs and torch.compile's for the same calls."""
+    import torch._dynamo
+    out = []
+    for opt in (lambda b: pydynamo.optimize(b, **kw), lambda b: torch.compile(backend=b, **kw)):
+        pydynamo.reset()
+        torch._dynamo.reset()
+        rec = Shapes()
+        compiled = opt(rec)(fn)
+        for args in calls:
+            torch.testing.assert_close(compiled(*args), fn(*args))
+        out.append(rec.graphs)
+    torch._dynamo.reset()
+    return out
+
+
+def _sizes_only(x, y, z):
+    return (x * 2).sum(0) + y.size(0) + z.shape[0]
+
+
+def test_static_graph_inputs_used_only_for_sizes_are_not_placeholders():
+    pd, tc = _both(_sizes_only, [(torch.randn(3, 4), torch.randn(4), torch.randn(2, 3))])
+    assert [g["placeholders"] for g in pd] == [g["placeholders"] for g in tc] == [[("FakeTensor", (3, 4))]]
+    assert [g["names"] for g in pd] == [g["names"] for g in tc] == [["l_x_"]]
+
+
+def test_dynamic_sizes_are_symint_placeholders_in_torch_compiles_order():
+    calls = [(torch.randn(n, 4), torch.randn(n + 1), torch.randn(2, n)) for n in (3, 5, 7)]
+    pd, tc = _both(_sizes_only, calls)
+    assert len(pd) == len(tc) == 2  # static, then one recompile to symbolic sizes, then none
+    for key in ("placeholders", "inputs"):
+        assert pd[1][key] == tc[1][key], key
+    assert pd[1]["placeholders"] == ["SymInt", ("FakeTensor", ("s", 4)), "SymInt"]
+    assert pd[1]["inputs"] == ["SymInt", "Tensor", "SymInt"]
+    code = pd[1]["gm"].code  # the graph reads the size from its symbol, not from a dropped tensor
+    assert ".size(" not in code
+
+
+def _reshaped(x, y):
+    return x.view(-1, x.size(0) * 2) + y.size(0)
+
+
+def test_size_arithmetic_reads_the_symbols():
+    calls = [(torch.randn(n, 2), torch.randn(n, n + 1).t()) for n in (4, 6, 8)]
+    pd, tc = _both(_reshaped, calls, dynamic=True)
+    assert [g["placeholders"] for g in pd] == [g["placeholders"] for g in tc]
+    assert [g["inputs"] for g in pd] == [g["inputs"] for g in tc]
+
+
+class Tied(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(4, 4, bias=False)
+        self.b = torch.nn.Linear(4, 4, bias=False)
+        self.b.weight = self.a.weight  # GPT-2's lm_head.weight is wte.weight
+
+    def forward(self, x):
+        return self.b(self.a(x).relu())
+
+
+def test_a_tied_parameter_is_one_placeholder_and_untying_recompiles():
+    torch.manual_seed(0)
+    m = Tied()
+    x = torch.randn(2, 4)
+    pd, tc = _both(m, [(x,)])
+    assert sorted(pd[0]["placeholders"]) == sorted(tc[0]["placeholders"])  # x and one weight
+    assert len(pd[0]["placeholders"]) == 2
+    rec = Shapes()
+    pydynamo.reset()
+    compiled = pydynamo.optimize(rec)(m)
+    compiled(x)
+    m.b.weight = torch.nn.Parameter(torch.randn(4, 4))  # untied: the entry's guard fails
+    torch.testing.assert_close(compiled(x), m(x))
+    assert len(rec.graphs) == 2 and len(rec.graphs[1]["placeholders"]) == 3
+
+
+def test_a_tensor_passed_twice_is_one_placeholder():
+    def f(a, b):
+        return a * b + a
+    x = torch.randn(3)
+    pd, tc = _both(f, [(x, x)])
+    assert pd[0]["placeholders"] == tc[0]["placeholders"] == [("FakeTensor", (3,))]
+    rec = Shapes()
+    pydynamo.reset()
+    compiled = pydynamo.optimize(rec)(f)
+    compiled(x, x)
+    y = torch.randn(3)
+    torch.testing.assert_close(compiled(x, y), f(x, y))  # two objects now: another entry
+    assert len(rec.graphs) == 2
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return torch.relu(self.lin(x)) * 2
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.block = Block()
+
+    def forward(self, x):
+        return self.block(x).sum()
+
+
+def test_node_metadata_as_torch_compile_fills_it():
+    torch.manual_seed(0)
+    net = Net()
+    pd, tc = _both(net, [(torch.randn(2, 4),)])
+    assert pd[0]["meta"] == tc[0]["meta"]
+    assert pd[0]["modules"] == tc[0]["modules"] == [[Block, torch.nn.Linear], [Block], [Block]]
+    gm = pd[0]["gm"]
+    linear = next(n for n in gm.graph.nodes if n.op == "call_function" and "linear" in n.name)
+    assert linear.meta["source_fn_stack"][-1][1] is torch.nn.Linear
+    relu = next(n for n in gm.graph.nodes if n.name.startswith("relu"))
+    assert "test_backend_contract.py" in relu.meta["stack_trace"] and "torch.relu(self.lin(x))" in relu.meta["stack_trace"]
+    assert sorted(gm.meta["dynamo_flat_name_to_original_fqn"].values()) == ["block.lin.bias", "block.lin.weight"]
+
+
+def test_a_backend_grouping_ops_by_module_path():
+    """A backend that reads nn_module_stack to group the ops of each block (as partitioners
+    and profilers do) finds every block's ops under its path."""
+    groups = {}
+
+    def backend(gm, example_inputs):
+        for n in gm.graph.nodes:
+            if n.op == "call_function" and n.meta.get("nn_module_stack"):
+                path = list(n.meta["nn_module_stack"].values())[0][0]
+                groups.setdefault(path, []).append(n.name)
+        return gm.forward
+
+    class Two(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = torch.nn.ModuleList([Block(), Block()])
+
+        def forward(self, x):
+            for layer in self.layers:
+                x = layer(x)
+            return x
+    pydynamo.reset()
+    m = Two()
+    x = torch.randn(2, 4)
+    torch.testing.assert_close(pydynamo.optimize(backend)(m)(x), m(x))
+    assert len(groups) == 2 and all(len(v) == 3 for v in groups.values())

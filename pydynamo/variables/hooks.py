@@ -30,6 +30,7 @@ backward without passing through the hook registered on the graph's output): oth
 frame runs eagerly.
 """
 import collections
+import contextlib
 
 import torch
 
@@ -74,14 +75,30 @@ def call_module(tx, var, args, kwargs, entry=None):
         if var.source is not None:  # self._call_impl finds an instance-dict entry first
             tx.output.guards.NOT_PRESENT(GetItemSource(AttrSource(var.source, "__dict__"), "_call_impl"))
     forward = var.var_getattr(tx, "forward")  # _call_impl reads self.forward first
-    if all(_empty(tx, t) for t in _real_tables(mod)) and no_global_module_hooks():
-        if var.source is not None:
-            tx.output.guards.NN_MODULE_NO_HOOKS(var.source)
-        else:  # made by the trace: no hooks of its own (create_module); the global ones are read
-            tx.output.guards.PREDICATE(None, no_global_module_hooks, "no global nn.Module hooks")
-        tx.transparent_call = transparent
-        return forward.call_function(tx, args, kwargs)
-    return _call_with_hooks(tx, var, forward, args, kwargs, transparent)
+    with _module_scope(tx.output, var):
+        if all(_empty(tx, t) for t in _real_tables(mod)) and no_global_module_hooks():
+            if var.source is not None:
+                tx.output.guards.NN_MODULE_NO_HOOKS(var.source)
+            else:  # made by the trace: no hooks of its own (create_module); the global ones are read
+                tx.output.guards.PREDICATE(None, no_global_module_hooks, "no global nn.Module hooks")
+            tx.transparent_call = transparent
+            return forward.call_function(tx, args, kwargs)
+        return _call_with_hooks(tx, var, forward, args, kwargs, transparent)
+
+
+@contextlib.contextmanager
+def _module_scope(output, var):
+    """The nodes recorded inside this module call carry it in their ``nn_module_stack``."""
+    key = str(id(var.module))
+    pushed = key not in output.module_stack  # (a module calling itself again: one entry)
+    if pushed:
+        name = var.source.name() if var.source is not None else f"<{type(var.module).__name__} made in the trace>"
+        output.module_stack[key] = (name, type(var.module))
+    try:
+        yield
+    finally:
+        if pushed:
+            output.module_stack.pop(key, None)
 
 
 def _empty(tx, table):
