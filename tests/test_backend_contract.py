@@ -274,3 +274,45 @@ def test_a_backend_grouping_ops_by_module_path():
     x = torch.randn(2, 4)
     torch.testing.assert_close(pydynamo.optimize(backend)(m)(x), m(x))
     assert len(groups) == 2 and all(len(v) == 3 for v in groups.values())
+
+
+class SplitterBackend:
+    """A Thunder-style splitter (ThunderFX's does this; lightning-thunder itself does not import
+    beside torch 2.13): ``torch.fx.passes.split_module`` cuts the graph at each activation and
+    each piece is compiled on its own. split_module threads every free symbol of a value crossing
+    pieces into the piece as an input, looked up among the graph's SymInt placeholders: a symbol
+    without one is a KeyError, and the splitter would fall back to a static compile per size."""
+
+    def __init__(self):
+        self.graphs, self.pieces = 0, []
+
+    def __call__(self, gm, example_inputs):
+        from torch.fx.passes.split_module import split_module
+        self.graphs += 1
+        part = [0]
+
+        def callback(node):
+            if node.op == "call_function" and node.target in (torch.relu, torch.nn.functional.relu):
+                part[0] += 1
+            return part[0]
+        split = split_module(gm, None, callback, keep_original_order=True, keep_original_node_name=True)
+        self.pieces.append([n for n, _ in split.named_children()])
+        return split
+
+
+def test_a_thunder_style_splitter_with_changing_sizes():
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 8), torch.nn.ReLU(),
+                              torch.nn.Linear(8, 4))
+
+    def f(x):
+        h = mlp(x)
+        return h.reshape(x.size(0), -1, 2).sum(1) * x.size(0)
+    backend = SplitterBackend()
+    pydynamo.reset()
+    compiled = pydynamo.optimize(backend)(f)
+    for n in (2, 3, 5, 7, 11):
+        x = torch.randn(n, 8)
+        torch.testing.assert_close(compiled(x), f(x))
+    assert backend.graphs == 2  # static, then one recompile with symbolic sizes, then none
+    assert all(len(p) == 3 for p in backend.pieces)

@@ -183,3 +183,8 @@ def test_torch_machinery_is_not_put_in_graphs():
     assert torch.equal(opt(x), x + 1)
     targets = [getattr(n.target, "__module__", "") or "" for g in cnt.graphs for n in g.graph.nodes]
     assert not [t for t in targets if t.startswith(("torch.utils", "torch.cuda"))]  # ran outside any graph
+
+
+def test_torchs_in_tree_backend_names_say_how_to_use_them():
+    with pytest.raises(ValueError, match=r"torch._dynamo.lookup_backend\('tvm'\)"):
+        pydynamo.lookup_backend("tvm")

@@ -1,10 +1,14 @@
 """Backend registry. A backend is ``backend(gm, example_inputs) -> callable``: exactly
 torch.compile's custom-backend signature, so those plug in unchanged. Names resolve here: the
 built-in ones, ``register_backend``, and third-party packages that declare an entry point in the
-``pydynamo_backends`` group (``name = "package.module:function"``), loaded on first lookup."""
+``pydynamo_backends`` group (``name = "package.module:function"``) or in torch.compile's
+``torch_dynamo_backends`` group (torch-tensorrt...), loaded on first lookup."""
 from importlib.metadata import entry_points
 
 ENTRY_POINT_GROUP = "pydynamo_backends"
+TORCH_ENTRY_POINT_GROUP = "torch_dynamo_backends"  # third-party torch.compile backends
+# torch.compile's own names whose backends live in torch._dynamo, which pydynamo does not load
+_TORCH_INTERNAL = ("tvm", "openxla", "onnxrt", "ipex", "torchxla_trace_once")
 _BACKENDS = {}
 _entry_points_loaded = False
 
@@ -27,9 +31,10 @@ def _load_entry_points():
     if _entry_points_loaded:
         return
     _entry_points_loaded = True
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        if ep.name not in _BACKENDS:
-            _BACKENDS[ep.name] = _LazyEntryPoint(ep)
+    for group in (ENTRY_POINT_GROUP, TORCH_ENTRY_POINT_GROUP):  # (pydynamo's first: it wins a name)
+        for ep in entry_points(group=group):
+            if ep.name not in _BACKENDS:
+                _BACKENDS[ep.name] = _LazyEntryPoint(ep)
 
 
 class _LazyEntryPoint:
@@ -53,7 +58,11 @@ def lookup_backend(backend):
         raise TypeError(f"a pydynamo backend is a name or a callable, not {type(backend).__name__}")
     _load_entry_points()
     if backend not in _BACKENDS:
-        raise ValueError(f"unknown pydynamo backend {backend!r}; known backends: {', '.join(list_backends())}")
+        hint = ""
+        if backend in _TORCH_INTERNAL:
+            hint = (f" ({backend!r} is a torch.compile backend that lives in torch._dynamo, which pydynamo "
+                    f"does not load: pass the callable, torch._dynamo.lookup_backend({backend!r}))")
+        raise ValueError(f"unknown pydynamo backend {backend!r}; known backends: {', '.join(list_backends())}{hint}")
     return _BACKENDS[backend]
 
 
