@@ -316,3 +316,23 @@ def test_a_thunder_style_splitter_with_changing_sizes():
         torch.testing.assert_close(compiled(x), f(x))
     assert backend.graphs == 2  # static, then one recompile with symbolic sizes, then none
     assert all(len(p) == 3 for p in backend.pieces)
+
+
+def test_inductors_compile_fx_called_directly_as_a_user_backend():
+    """torch._inductor.compile_fx as the backend itself (no pydynamo wrapper): it reads the
+    tracing context, the SymInt placeholders and their example SymInts."""
+    from torch._inductor.compile_fx import compile_fx
+    calls = []
+
+    def backend(gm, example_inputs):
+        calls.append([type(a).__name__ for a in example_inputs])
+        return compile_fx(gm, example_inputs)
+
+    def f(x):
+        return (x.sin() * x.size(0)).sum(-1)
+    pydynamo.reset()
+    compiled = pydynamo.optimize(backend)(f)
+    for n in (3, 5, 8):
+        x = torch.randn(n, 4)
+        torch.testing.assert_close(compiled(x), f(x))
+    assert calls == [["Tensor"], ["SymInt", "Tensor"]]
