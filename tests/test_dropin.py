@@ -107,6 +107,22 @@ def test_the_environment_variable_installs_at_import():
     assert out.stdout.split()[-2:] == ["True", "1"]
 
 
+def test_the_environment_variable_alone_installs_it_in_a_new_process():
+    """With the variable set, a process that never imports pydynamo itself (a library's script)
+    gets torch.compile from pydynamo: the installed .pth imports it at interpreter start."""
+    import site
+    dirs = [*site.getsitepackages(), site.getusersitepackages()]
+    if not any(os.path.exists(os.path.join(d, "pydynamo-torch-compile.pth")) for d in dirs):
+        pytest.skip("pydynamo was not installed by pip here (no .pth in site-packages)")
+    code = "import torch; print(torch.compile.__module__)"
+    env = dict(os.environ, PYDYNAMO_TORCH_COMPILE="1")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.split()[-1] == "pydynamo.dropin", out.stderr[-2000:]
+    env.pop("PYDYNAMO_TORCH_COMPILE")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.split()[-1] == "torch"
+
+
 def test_transformers_trainer_with_torch_compile():
     """Trainer(torch_compile=True) (accelerate calls torch.compile): compiled by pydynamo, the
     losses equal eager training's."""
