@@ -16,6 +16,7 @@ from .families_numbers import fam_counters, fam_optim
 from .families_autograd import fam_autograd
 from .families_subclasses import fam_subclass
 from .families_hops import fam_hops
+from .families_inputs import fam_inputs
 from .families_sizes import fam_sizes
 from .families_state import fam_caches, fam_torchapis
 from .families_tensor import (fam_break, fam_dyn, fam_hooks, fam_inplace, fam_modes, fam_module, fam_numpy,
@@ -29,7 +30,7 @@ FAMILIES = {f.__name__[4:]: f for f in [fam_tensor, fam_scalar, fam_object, fam_
                                          fam_exc, fam_dyn, fam_methods, fam_newobj, fam_config, fam_records,
                                          fam_pystd, fam_dispatch, fam_hooks, fam_tattrs, fam_numpy, fam_sizes, fam_torchapis, fam_caches, fam_flags, fam_cattrs, fam_hops,
                                          fam_rebuild, fam_rawdicts, fam_breadth3,
-                                         fam_counters, fam_optim, fam_subclass, fam_autograd]}
+                                         fam_counters, fam_optim, fam_subclass, fam_autograd, fam_inputs]}
 SHAPES = [(2, 3), (3, 4), (4,), (2, 3, 4), (1, 4), (4, 1), (2, 2, 1, 2)]
 DTYPES = ["float32"] * 4 + ["float64", "int64", "bool", "complex64", "float16"]
 
