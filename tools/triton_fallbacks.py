@@ -4,8 +4,9 @@
 
 On CUDA with the benchmark sizes; on the CPU (TRITON_INTERPRET=1 is set) with the small ones.
 Convolutions, matmuls and attention are ATen calls by design (as in Inductor's default mode);
-the rest is what the backend does not lower yet. An internal error of the backend is shown too
-(PYDYNAMO_TRITON_STRICT=1: it raises instead of running the graph with ATen). Also shown, for the
+the rest is what the backend does not lower yet. Whole-graph fallbacks (a graph the backend
+could not compile, run wholly with ATen, logged on pydynamo.errors) are counted with their
+reasons: the target is none. Also shown, for the
 second call: the ATen results copied into another layout because their strides differ from the
 traced ones (runtime.restride: each a launch and an allocation per call), and the peak memory
 (CUDA) of that call beyond what was allocated before it.
@@ -35,11 +36,12 @@ def main():
     import torch
     if not torch.cuda.is_available():
         os.environ.setdefault("TRITON_INTERPRET", "1")
-    os.environ["PYDYNAMO_TRITON_STRICT"] = "1"
+    import importlib
     import pydynamo
     import models
     from bench_models import _autocast, _first_tensor, _prepare
     from pydynamo.backends.triton import lowering
+    backend = importlib.import_module("pydynamo.backends.triton")
     device = "cuda" if torch.cuda.is_available() else "cpu"
     size = "bench" if device == "cuda" else "small"
     seen = collections.Counter()
@@ -68,7 +70,7 @@ def main():
             model, inputs = models.make(name, size, device)
             model, inputs = _prepare(model, inputs, mode, a.dtype, a.channels_last)
             model.train(mode == "train")
-            status, peak = "ok", float("nan")
+            status, peak, whole = "ok", float("nan"), len(backend.fallbacks)
             compiled = pydynamo.optimize("triton")(model)
 
             def call():
@@ -92,7 +94,9 @@ def main():
                 status = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
             other = {k: v for k, v in seen.items() if not any(d in k for d in by_design)}
             aten = sum(v for k, v in seen.items() if k not in other)
-            print(f"{name} {mode}: {status}; by design (conv/matmul/attention): {aten}; "
+            whole = backend.fallbacks[whole:]
+            print(f"{name} {mode}: {status}; whole-graph fallbacks: {len(whole)}{(' ' + repr(whole)) if whole else ''}; "
+                  f"by design (conv/matmul/attention): {aten}; "
                   f"others: {dict(sorted(other.items())) or 'none'}; peak MB {peak:.0f}; layout copies per "
                   f"call: {ncopies['all']} ({sum(copies.values()) / 2 ** 20:.1f} MB)", flush=True)
             for (size, got, want), nbytes in copies.most_common(5):

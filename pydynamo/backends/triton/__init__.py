@@ -18,7 +18,10 @@ import time
 
 import torch
 
+from ... import logs
+
 log = logging.getLogger(__name__)
+fallbacks = []  # why each graph that runs wholly with ATen could not be compiled (triton_fallbacks.py)
 
 
 def usable(example_inputs):
@@ -28,7 +31,7 @@ def usable(example_inputs):
     except ImportError:
         return False
     devices = {t.device.type for t in example_inputs if isinstance(t, torch.Tensor)}
-    if devices == {"cuda"}:
+    if "cuda" in devices and devices <= {"cuda", "cpu"}:  # (CPU tensors beside: ATen ops, lowering.py)
         return True
     return devices == {"cpu"} and os.environ.get("TRITON_INTERPRET", "0") == "1"
 
@@ -159,8 +162,10 @@ def compile_aten_graph(gm, example_inputs, timing=None, inference=False):
     except Exception as e:  # an internal error: this graph runs with ATen
         if os.environ.get("PYDYNAMO_TRITON_STRICT") == "1":
             raise
-        log.warning("triton backend could not compile a graph (%s: %s); it runs with ATen",
-                    type(e).__name__, e)
+        # on the errors logger, which the trace report collects: a slow model says why
+        logs.get("errors").warning("triton backend could not compile a graph (%s: %s); the whole graph "
+                                   "runs with ATen", type(e).__name__, e)
+        fallbacks.append(f"{type(e).__name__}: {e}")
         return _boxed(eager)
 
 

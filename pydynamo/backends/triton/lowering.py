@@ -206,6 +206,21 @@ def _given_to_aten(node):
     return False
 
 
+def _kernel_device(gm):
+    """The device the generated kernels run on: the GPU the tensor inputs are on. CPU tensors
+    beside them (a CPU ``cache_position``, ``inv_freq``, a step counter) are read by ATen ops
+    (``_lowerable``), or, 0-d, copied to it (``_on_device``); inputs on two GPUs are refused."""
+    devices = []
+    for node in gm.graph.nodes:
+        val = node.meta.get("val") if node.op == "placeholder" else None
+        if isinstance(val, torch.Tensor) and val.device not in devices:
+            devices.append(val.device)
+    gpus = [d for d in devices if d.type != "cpu"]
+    if len(gpus) > 1:
+        raise NotImplementedError(f"inputs on several GPUs ({', '.join(map(str, gpus))})")
+    return gpus[0] if gpus else (devices[0] if devices else None)
+
+
 class GraphLowering:
     def __init__(self, gm):
         self.gm = gm
@@ -221,6 +236,7 @@ class GraphLowering:
         self._count = 0
         self._origins = frozenset()  # names of the ops the value being lowered computes
         self._seeds = None       # (buffer of per-call random seeds, node -> its seed's position)
+        self._cpu_scalars = {}   # id(InputBuffer) -> [0-d CPU input, its copy on the device or None]
         # the graph's writes into its inputs (AOTAutograd's kept input mutations: a batch norm's
         # running statistics): ComputedBuffer name -> the InputBuffer whose memory takes its value
         self.mutations = {}
@@ -236,6 +252,7 @@ class GraphLowering:
         return f"{prefix}{self._count - 1}"
 
     def run(self):
+        self.device = _kernel_device(self.gm)
         for node in self.gm.graph.nodes:
             if node.op == "placeholder":
                 self.env[node] = self.input(node, node.name)
@@ -263,10 +280,28 @@ class GraphLowering:
             raise NotImplementedError(f"input {name} is not a strided tensor")
         if self.device is None:
             self.device = val.device
-        elif val.device != self.device:
-            raise NotImplementedError("inputs on several devices")
         self._numel[_input_name(name)] = val.numel()
-        return InputBuffer(_input_name(name), val.shape, val.stride(), val.dtype, val.device)
+        buf = InputBuffer(_input_name(name), val.shape, val.stride(), val.dtype, val.device)
+        if val.device != self.device and val.dim() == 0 and val.device.type == "cpu":
+            self._cpu_scalars[id(buf)] = [buf, None]  # a CPU scalar beside GPU tensors (a step count)
+        return buf
+
+    def _on_device(self, value):
+        """A 0-d CPU input as an op on the kernels' device reads it: copied to that device once
+        per call (an ATen copy; the same values and type promotion as eager's CPU 0-d operand),
+        so the op still fuses into a kernel. Anything else is itself."""
+        entry = self._cpu_scalars.get(id(value))
+        if entry is None:
+            return value
+        if entry[1] is None:
+            name = self.new_name()
+            val = torch.empty((), dtype=value.dtype, device=self.device)
+            out = self._fallback_out(name, val)
+            item = FallbackOp(name, aten._to_copy.default, [TensorRef(value.name)], {"device": self.device}, [out], False)
+            item.multi = False
+            self.items.append(item)
+            entry[1] = out
+        return entry[1]
 
     def lookup(self, n):
         v = self.env[n]
@@ -276,6 +311,9 @@ class GraphLowering:
         args = map_arg(node.args, self.lookup)
         kwargs = map_arg(node.kwargs, self.lookup)
         val = node.meta.get("val")
+        if self._cpu_scalars and all(isinstance(v, torch.Tensor) and v.device == self.device
+                                     for v in (val if isinstance(val, (list, tuple)) else [val])):
+            args, kwargs = map_aggregate(args, self._on_device), map_aggregate(kwargs, self._on_device)
         if isinstance(val, torch.Tensor) and val.numel() == 0 and isinstance(node.target, torch._ops.OpOverload) \
                 and not node.target._schema.is_mutable:
             # no elements to compute: the result is an allocation
