@@ -259,6 +259,11 @@ class GraphLowering:
                 self.inputs.append(self.env[node])
             elif node.op == "get_attr":
                 value = getattr(self.gm, node.target)
+                if isinstance(value, torch.nn.Module):  # a higher-order op's body: passed to it as is
+                    ref = TensorRef(self.new_name("const"))
+                    self.constants.append((ref, value))
+                    self.env[node] = ref
+                    continue
                 buf = self.input(node, self.new_name("const"), value)
                 self.constants.append((buf, value))
                 self.env[node] = buf
@@ -338,6 +343,26 @@ class GraphLowering:
             finally:
                 self._origins = frozenset()  # buffers realized later (for outputs) keep their own
         return self.fallback(node, args, kwargs)
+
+    def _higher_order(self, node, args, kwargs):
+        """A higher-order op (cond, while_loop, scan, map, flex_attention...) of an ATen graph:
+        called as is by the wrapper, its bodies (graph modules) passed as constants, its
+        tensors as real tensors. Its outputs may be its inputs (an aliasing op, for the buffer
+        planning)."""
+        nodes = {id(self.lookup(n)): n for n in node.all_input_nodes}
+
+        def ref(a):
+            if isinstance(a, Node):
+                return TensorRef(self.as_tensor(a, nodes.get(id(a)), exact=True))
+            return a
+        args, kwargs = map_aggregate(args, ref), map_aggregate(kwargs, ref)
+        name, val = self.new_name(), node.meta.get("val")
+        multi = isinstance(val, (list, tuple))
+        outs = [self._fallback_out(f"{name}_{i}", v) for i, v in enumerate(val)] if multi else [self._fallback_out(name, val)]
+        item = FallbackOp(name, node.target, args, kwargs, outs, True)
+        item.multi = multi
+        self.items.append(item)
+        return outs if multi else outs[0]
 
     def _label(self, value):
         if isinstance(value, Node) and not isinstance(value, (InputBuffer, FallbackBuffer)):
@@ -435,6 +460,8 @@ class GraphLowering:
 
     def fallback(self, node, args, kwargs):
         op = node.target
+        if isinstance(op, torch._ops.HigherOrderOperator):
+            return self._higher_order(node, args, kwargs)
         if not isinstance(op, torch._ops.OpOverload):
             raise NotImplementedError(f"call to {op} in an ATen graph")
         if op._schema.is_mutable:

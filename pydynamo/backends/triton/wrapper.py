@@ -139,6 +139,8 @@ def pyrepr(v):
     if isinstance(v, (list, tuple)):
         inner = ", ".join(pyrepr(x) for x in v)
         return f"[{inner}]" if isinstance(v, list) else f"({inner}{',' if len(v) == 1 else ''})"
+    if isinstance(v, dict) and all(isinstance(k, str) for k in v):  # (flex_attention's kernel_options)
+        return "{" + ", ".join(f"{k!r}: {pyrepr(x)}" for k, x in v.items()) + "}"
     if isinstance(v, float) and not math.isfinite(v):
         return f"float({str(v)!r})"
     if isinstance(v, torch.device):
@@ -161,6 +163,8 @@ _FUNCTIONS = {"aten.mm.default": "torch.mm", "aten.bmm.default": "torch.bmm", "a
 
 def aten_call(op, args, kwargs):
     """Source of the call ``op(*args, **kwargs)`` (args and kwargs already written as source)."""
+    if isinstance(op, torch._ops.HigherOrderOperator):
+        return f"torch.ops.higher_order.{op.name()}({', '.join(list(args) + [f'{k}={v}' for k, v in kwargs.items()])})"
     key = str(op)
     if not kwargs and args and key in _METHODS:
         return f"{args[0]}.{_METHODS[key]}({', '.join(args[1:])})"
