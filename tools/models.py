@@ -166,7 +166,7 @@ class BERT(nn.Module):
 
 
 def make(name, size="small", device="cpu"):
-    """(model, example inputs) for `name` in resnet, gpt, gpt-ckpt, gpt-flex, bert, hf-gpt2, hf-bert, hf-llama, tv-resnet50,
+    """(model, example inputs) for `name` in resnet, gpt, gpt-ckpt, gpt-flex, bert, hf-gpt2, hf-bert, hf-llama, hf-mistral, tv-resnet50,
     tv-vit, timm-effnet; size "small"
     for CPU tests, "bench" for GPU benchmarks."""
     small = size == "small"
@@ -242,6 +242,11 @@ def _transformers_model(name, small, g):
         model = tr.LlamaModel(tr.LlamaConfig(num_hidden_layers=4, hidden_size=1024, intermediate_size=2816,
                                              num_attention_heads=16, num_key_value_heads=4, vocab_size=8192,
                                              max_position_embeddings=1024))
+        b, t, vocab = 4, 512, 8192
+    elif name == "mistral":  # a 4-layer Mistral causal LM (sliding window, grouped KV heads)
+        model = tr.MistralForCausalLM(tr.MistralConfig(num_hidden_layers=4, hidden_size=1024, intermediate_size=2816,
+                                                       num_attention_heads=16, num_key_value_heads=4, vocab_size=8192,
+                                                       max_position_embeddings=1024, sliding_window=256))
         b, t, vocab = 4, 512, 8192
     else:
         raise ValueError(f"unknown model hf-{name!r}")

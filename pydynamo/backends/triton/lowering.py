@@ -521,6 +521,8 @@ class GraphLowering:
         if isinstance(val, torch.Tensor):
             self._numel[name] = val.numel()
             return FallbackBuffer(name, val.shape, val.stride(), val.dtype, val.device)
+        if isinstance(val, torch.ScriptObject):  # an opaque handle (a profiler range's): a wrapper variable
+            return TensorRef(name)
         return val  # a static int or None: a Python constant
 
     def output(self, a):
