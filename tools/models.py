@@ -167,7 +167,7 @@ class BERT(nn.Module):
 
 def make(name, size="small", device="cpu"):
     """(model, example inputs) for `name` in resnet, gpt, gpt-ckpt, gpt-flex, bert, hf-gpt2, hf-bert, hf-llama, hf-mistral, tv-resnet50,
-    tv-vit, timm-effnet; size "small"
+    tv-vit, timm-effnet, tv-convnext, tv-swin, tv-mobilenetv3, hf-t5, hf-whisper; size "small"
     for CPU tests, "bench" for GPU benchmarks."""
     small = size == "small"
     g = torch.Generator().manual_seed(0)
@@ -193,7 +193,7 @@ def make(name, size="small", device="cpu"):
         inputs = (torch.randint(0, 64 if small else 8192, (b, t), generator=g), mask)
     elif name.startswith("hf-"):
         model, inputs = _transformers_model(name[3:], small, g)
-    elif name in ("tv-resnet50", "tv-vit", "timm-effnet"):
+    elif name in ("tv-resnet50", "tv-vit", "timm-effnet", "tv-convnext", "tv-swin", "tv-mobilenetv3"):
         model, inputs = _vision_model(name, small, g)
     else:
         raise ValueError(f"unknown model {name!r}")
@@ -215,10 +215,49 @@ def _vision_model(name, small, g):
         # benchmark's loss, would be 0, and comparing results with eager would check nothing
         torch.nn.init.normal_(model.heads.head.weight, std=0.02, generator=g)
         b = 1 if small else b
+    elif name in ("tv-convnext", "tv-swin", "tv-mobilenetv3"):  # ConvNeXt-T, Swin-T, MobileNetV3-L
+        import torchvision
+        build = {"tv-convnext": torchvision.models.convnext_tiny, "tv-swin": torchvision.models.swin_t,
+                 "tv-mobilenetv3": torchvision.models.mobilenet_v3_large}[name]
+        model, hw = build(), 64 if small else 224
     else:
         import timm
         model, hw = timm.create_model("efficientnet_b0", pretrained=False), 64 if small else 224
     return model, (torch.randn(b, 3, hw, hw, generator=g),)
+
+
+class _EncoderDecoder(nn.Module):
+    """T5 / Whisper called with positional tensors (the benchmark's ``model(*inputs)``): the
+    decoder's last hidden state."""
+
+    def __init__(self, model, source):
+        super().__init__()
+        self.model, self.source = model, source
+
+    def forward(self, src, decoder_input_ids):
+        return self.model(**{self.source: src}, decoder_input_ids=decoder_input_ids).last_hidden_state
+
+
+def _encoder_decoder(tr, name, small, g):
+    """hf-t5 (T5-small's shape; 2 layers each side when small) and hf-whisper (Whisper-base's
+    shape; tiny when small) from configs: encoder, then decoder over 64 (small: 8) tokens."""
+    b, t = (2, 8) if small else (8, 64)
+    if name == "t5":
+        cfg = tr.T5Config(vocab_size=8192, d_model=64 if small else 512, d_ff=128 if small else 2048, d_kv=16 if small else 64,
+                          num_layers=2 if small else 6, num_heads=4 if small else 8, decoder_start_token_id=0,
+                          dropout_rate=0.0)  # (its attention dropout is a float, not a module: results comparable)
+        src = torch.randint(0, 8192, (b, 16 if small else 256), generator=g)
+        model = _EncoderDecoder(tr.T5Model(cfg), "input_ids")
+    else:
+        cfg = tr.WhisperConfig(vocab_size=8192, d_model=64 if small else 512, encoder_layers=2 if small else 6,
+                               decoder_layers=2 if small else 6, encoder_attention_heads=4 if small else 8,
+                               decoder_attention_heads=4 if small else 8, encoder_ffn_dim=128 if small else 2048,
+                               decoder_ffn_dim=128 if small else 2048, num_mel_bins=80,
+                               max_source_positions=50 if small else 1500, max_target_positions=64 if small else 448,
+                               pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1)
+        src = torch.randn(b, 80, 100 if small else 3000, generator=g)
+        model = _EncoderDecoder(tr.WhisperModel(cfg), "input_features")
+    return model, (src, torch.randint(0, 8192, (b, t), generator=g))
 
 
 def _transformers_model(name, small, g):
@@ -226,6 +265,8 @@ def _transformers_model(name, small, g):
     CPU test sizes of tools/hf_models.py; bench: GPT-2 small's width with 6 layers, BERT-base's
     with 6, a 4-layer LLaMA of width 1024 with grouped KV heads."""
     import transformers as tr
+    if name in ("t5", "whisper"):
+        return _encoder_decoder(tr, name, small, g)
     if small:
         import hf_models
         make, inputs, _ = hf_models.models()[name]
