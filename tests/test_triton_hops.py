@@ -73,3 +73,32 @@ def test_training(name):
     torch.testing.assert_close(grad, x.grad, atol=1e-5, rtol=1e-4)
     assert backend.fallbacks[before:] == []
     pydynamo.reset()
+
+
+def test_a_whole_graph_fallback_is_logged_and_in_the_trace(tmp_path, monkeypatch, caplog):
+    """A graph the backend cannot compile runs with ATen (correct), and says why: on the
+    pydynamo.errors logger, in backends.triton.fallbacks and in the trace report's event."""
+    import json
+    import logging
+
+    from pydynamo import debug
+    from pydynamo.backends.triton import lowering
+
+    def refuse(self):
+        raise NotImplementedError("a test's refusal")
+    monkeypatch.setattr(lowering.GraphLowering, "run", refuse)
+    monkeypatch.setenv("PYDYNAMO_CACHE_DIR", str(tmp_path / "cache"))  # (nothing served from the disk cache)
+    before = len(backend.fallbacks)
+    x = torch.randn(4, 8)
+    pydynamo.reset()
+    try:
+        with caplog.at_level(logging.WARNING, logger="pydynamo.errors"), debug.trace(tmp_path / "t") as tr:
+            with torch.no_grad():
+                got = pydynamo.optimize("triton")(lambda t: (t.sin() * 2).sum(-1))(x)
+    finally:
+        pydynamo.reset()
+    torch.testing.assert_close(got, (x.sin() * 2).sum(-1))
+    assert backend.fallbacks[before:] == ["NotImplementedError: a test's refusal"]
+    assert any("whole graph runs with ATen" in r.getMessage() for r in caplog.records if r.name == "pydynamo.errors")
+    events = [json.loads(line) for line in open(tr.path)]
+    assert any("a test's refusal" in (e.get("error") or "") for e in events if e["event"] == "compile")
