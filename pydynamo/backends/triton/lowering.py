@@ -281,6 +281,8 @@ class GraphLowering:
 
     def input(self, node, name, value=None):
         val = value if value is not None else node.meta.get("val")
+        if isinstance(val, torch.ScriptObject) or type(val).__name__ == "FakeScriptObject":
+            return TensorRef(_input_name(name))  # an opaque object (DTensor's process group): passed to ATen calls
         if not isinstance(val, torch.Tensor) or val.layout != torch.strided:
             raise NotImplementedError(f"input {name} is not a strided tensor")
         if self.device is None:

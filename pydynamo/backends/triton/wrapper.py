@@ -264,7 +264,7 @@ class WrapperCodegen:
         # offset is known to be 0, the root's name), for tensors whose layout is known: graph
         # inputs (strides checked on entry; made on demand), fallback results that get views
         # (restrided), buffers we allocated, and views of these
-        layouts = {b.name: b for b in g.inputs if any(s > 1 for s in b.shape)}
+        layouts = {b.name: b for b in g.inputs if hasattr(b, "shape") and any(s > 1 for s in b.shape)}
         view_bases = {it.base for it in seq if isinstance(it, ViewOp)}
         # tensors that other names may reach: never updated in place by a kernel
         self.shared = view_bases | {n for it in seq if isinstance(it, FallbackOp) and it.aliasing for n in it.reads}
@@ -559,6 +559,8 @@ class WrapperCodegen:
         g = self.g
         checks, getters = [], []
         for b in g.inputs:
+            if not hasattr(b, "shape"):  # an opaque object (a process group): passed through
+                continue
             used = [i for i, n in enumerate(b.shape) if n > 1]
             if len(used) == len(b.shape):
                 checks.append(f"{b.name}.stride() != {b.stride}")
