@@ -10,13 +10,13 @@ from torch.compiler import is_compiling, is_dynamo_compiling, is_exporting, nest
 from .api import allow_in_graph, substitute_in_graph
 from .backends import list_backends
 from .eval_frame import assume_constant_result, disable
+from .eval_frame import compile as _compile
 from .stance import set_stance
 
 
 def compile(*args, **kwargs):
     """``pydynamo.compile`` (torch.compile's signature)."""
-    import pydynamo
-    return pydynamo.compile(*args, **kwargs)
+    return _compile(*args, **kwargs)
 
 
 def reset():

@@ -42,22 +42,23 @@ def torch_compile(model=None, *, fullgraph=False, dynamic=None, backend="inducto
         raise RuntimeError(f"torch.compile (pydynamo installed): {type(model).__name__} is not callable")
     if disable:
         return model
-    import pydynamo
+    from .backends import lookup_backend
+    from .eval_frame import compile, optimize
     if mode == "default":
         mode = None
     if backend in ("inductor", "triton") or (mode is None and not options):
-        return pydynamo.compile(model, backend=backend, fullgraph=fullgraph, dynamic=dynamic, mode=mode,
+        return compile(model, backend=backend, fullgraph=fullgraph, dynamic=dynamic, mode=mode,
                                 options=options)
     # as torch.compile does, another backend gets mode and options as keyword arguments; a named
     # backend of pydynamo's that takes none ignores them, with a warning (torch's eager backend's)
     extra = {**({"mode": mode} if mode is not None else {}), **({"options": options} if options else {})}
-    fn = pydynamo.lookup_backend(backend)
+    fn = lookup_backend(backend)
     if isinstance(backend, str) and not _takes_keywords(fn):
         warnings.warn(f"the {backend} backend ignores {', '.join(f'{k}={v!r}' for k, v in extra.items())} "
                       "(as torch.compile's does)", stacklevel=2)
     else:
         fn = functools.partial(fn, **extra)
-    return pydynamo.optimize(fn, fullgraph=fullgraph, dynamic=dynamic)(model)
+    return optimize(fn, fullgraph=fullgraph, dynamic=dynamic)(model)
 
 
 def _takes_keywords(fn):

@@ -128,6 +128,30 @@ def optimize(backend="inductor", *, nopython=False, fullgraph=False, dynamic=Non
     return OptimizeContext(ConvertFrame(lookup_backend(backend), fullgraph=fullgraph or nopython, dynamic=dynamic))
 
 
+def compile(model=None, *, backend="inductor", fullgraph=False, dynamic=None, mode=None, options=None):
+    """Mirror of ``torch.compile``: returns the compiled function or OptimizedModule; with no
+    model, a decorator. ``mode`` and ``options`` go to the inductor backend; the triton backend
+    takes ``mode`` (``"reduce-overhead"``: CUDA graphs)."""
+    if model is None:
+        return lambda m: compile(m, backend=backend, fullgraph=fullgraph, dynamic=dynamic, mode=mode,
+                                 options=options)
+    if mode is not None and options is not None:
+        raise RuntimeError("pydynamo.compile: pass either mode or options, not both (as torch.compile)")
+    if options is not None and backend != "inductor":
+        raise RuntimeError(f"pydynamo.compile: options are for the inductor backend, not {backend!r}")
+    if mode is not None and backend not in ("inductor", "triton"):
+        raise RuntimeError(f"pydynamo.compile: mode is for the inductor and triton backends, not {backend!r}")
+    if backend == "triton" and mode is not None:
+        from .backends.triton import MODES
+        if mode not in MODES:
+            raise RuntimeError(f"pydynamo.compile: the triton backend's modes are "
+                               f"{', '.join(map(repr, MODES[1:]))}, not {mode!r}")
+        backend = functools.partial(lookup_backend("triton"), mode=mode)
+    elif mode is not None or options is not None:
+        backend = functools.partial(lookup_backend("inductor"), mode=mode, options=options)
+    return optimize(backend, fullgraph=fullgraph, dynamic=dynamic)(model)
+
+
 def run(fn=None):
     """Serve calls from the cache, compile nothing (misses run eagerly), as
     ``torch._dynamo.run``: with a function, that function so wrapped; without, a decorator and
