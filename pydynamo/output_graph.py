@@ -61,9 +61,9 @@ class OutputGraph:
         self.inputs = {}  # source name -> (source, real tensor, TensorVariable)
         self.input_nodes = {}  # source name -> its placeholder
         self.input_ids = {}  # id(tensor) -> source name of the input that is that object
-        # sympy symbol -> the placeholder of the SymInt that gives it (a size of a tensor input, an
-        # int argument: ``s0`` as torch.compile passes it); pydynamo.export keeps its own signature
-        self.bound_symbols = {}
+        # the sympy symbols a SymInt placeholder gives (a size of a tensor input, an int argument:
+        # ``s0`` as torch.compile passes it); pydynamo.export keeps its own signature
+        self.bound_symbols = set()
         self.bind_symbols = getattr(backend, "pydynamo_export_hook", None) is None
         self.graph_input_keys = None  # the inputs the compiled graph takes, in order (_compile)
         self.input_versions = {}  # source name -> (fake tensor, its version counter when read)
@@ -122,7 +122,11 @@ class OutputGraph:
         from .source import TensorSizeSource
         from .variables.sym import SymNodeVariable
         from torch.utils._python_dispatch import is_traceable_wrapper_subclass
-        if not self.bind_symbols or is_traceable_wrapper_subclass(value) or value.layout != torch.strided:
+        from .variables.subclasses import has_python_torch_function
+        # (a __torch_function__ subclass could answer size() otherwise than its C sizes, which
+        # the generated code would read and the guards check: its sizes stay graph nodes)
+        if not self.bind_symbols or is_traceable_wrapper_subclass(value) or value.layout != torch.strided \
+                or has_python_torch_function(type(value)):
             return
         items = [*(("size", d, s) for d, s in enumerate(fake.size())),
                  *(("stride", d, s) for d, s in enumerate(fake.stride())), ("storage_offset", None, fake.storage_offset())]
@@ -136,7 +140,7 @@ class OutputGraph:
             node = self._placeholder(src, name=str(expr), type_expr=torch.SymInt)
             node.meta["example_value"] = sym
             self.inputs[src.name()] = (src, sym, SymNodeVariable(node, sym, src))
-            self.bound_symbols[expr] = node
+            self.bound_symbols.add(expr)
 
     def add_symint_input(self, source, value):
         """A Python int argument with a symbolic value: a SymInt graph input."""
@@ -148,7 +152,7 @@ class OutputGraph:
         node = self._placeholder(source, type_expr=torch.SymInt)
         node.meta["example_value"] = sym
         if self.bind_symbols and not isinstance(sym, int) and sym.node.expr.is_Symbol:
-            self.bound_symbols.setdefault(sym.node.expr, node)
+            self.bound_symbols.add(sym.node.expr)
         var = SymNodeVariable(node, sym, source)
         self.inputs[key] = (source, sym, var)  # backends get the SymInt, as torch.compile's do
         return var

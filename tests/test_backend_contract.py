@@ -336,3 +336,23 @@ def test_inductors_compile_fx_called_directly_as_a_user_backend():
         x = torch.randn(n, 4)
         torch.testing.assert_close(compiled(x), f(x))
     assert calls == [["Tensor"], ["SymInt", "Tensor"]]
+
+
+def test_a_torch_function_subclass_keeps_its_sizes_in_the_graph():
+    """A ``__torch_function__`` subclass may answer ``size()`` otherwise than its C sizes: its
+    symbols are not read by the generated code (no SymInt placeholder for them), and results
+    equal eager's at new sizes."""
+    class Odd(torch.Tensor):
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            return super().__torch_function__(func, types, args, kwargs or {})
+
+    def f(x):
+        return (x * x.size(0)).sum(0)
+    rec = Shapes()
+    pydynamo.reset()
+    compiled = pydynamo.optimize(rec)(f)
+    for n in (3, 5, 7):
+        x = torch.randn(n, 4).as_subclass(Odd)
+        torch.testing.assert_close(compiled(x).as_subclass(torch.Tensor), f(x).as_subclass(torch.Tensor))
+    assert all("SymInt" not in g["placeholders"] for g in rec.graphs)

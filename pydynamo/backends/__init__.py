@@ -7,7 +7,7 @@ from importlib.metadata import entry_points
 
 ENTRY_POINT_GROUP = "pydynamo_backends"
 TORCH_ENTRY_POINT_GROUP = "torch_dynamo_backends"  # third-party torch.compile backends
-# torch.compile's own names whose backends live in torch._dynamo, which pydynamo does not load
+# torch.compile's own backend names, whose code lives in torch's compiler package, not loaded here
 _TORCH_INTERNAL = ("tvm", "openxla", "onnxrt", "ipex", "torchxla_trace_once")
 _BACKENDS = {}
 _entry_points_loaded = False
@@ -60,8 +60,8 @@ def lookup_backend(backend):
     if backend not in _BACKENDS:
         hint = ""
         if backend in _TORCH_INTERNAL:
-            hint = (f" ({backend!r} is a torch.compile backend that lives in torch._dynamo, which pydynamo "
-                    f"does not load: pass the callable, torch._dynamo.lookup_backend({backend!r}))")
+            hint = (f" ({backend!r} is one of torch.compile's own backends, which pydynamo does not load: "
+                    "pass the backend's callable itself)")
         raise ValueError(f"unknown pydynamo backend {backend!r}; known backends: {', '.join(list_backends())}{hint}")
     return _BACKENDS[backend]
 
