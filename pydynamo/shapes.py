@@ -215,7 +215,12 @@ class ShapeTracker:
             return self._fakify_wrapper(fake_mode, source, value)
         dims, marked = self.policy.tensor_dims(source, value)
         if not dims:
-            return fake_mode.from_tensor(value, static_shapes=True)
+            fake = fake_mode.from_tensor(value, static_shapes=True)
+            if any(isinstance(s, torch.SymInt) for s in (*fake.size(), *fake.stride())):
+                # made earlier, symbolic, with another input (a symbolic tensor's ``.grad`` is
+                # fakified with it): its guards come with the symbolic inputs' (finish_guards)
+                self.tensors.append((source, value, fake, {}))
+            return fake
         ctx = StatelessSymbolicContext(
             dynamic_sizes=[DimDynamic.DUCK if i in dims else DimDynamic.STATIC for i in range(value.dim())],
             constraint_sizes=[None] * value.dim())

@@ -438,3 +438,28 @@ def test_size_of_numpy_ints_keeps_its_items_across_a_break():
     x = torch.ones(2)
     got = pydynamo.optimize("eager")(fn)(x)
     assert got == fn(x) and type(got[0][0]) is np.int64
+
+
+def test_the_grad_of_a_symbolic_input_is_guarded():
+    """A tensor input's ``.grad``, read after the tensor got symbolic sizes, is fakified with it
+    (the fake mode's memo gives it the tensor's symbols): it is still guarded, so an entry
+    traced with a gradient is not served when the gradient is gone (the fuzzer's seed 65,
+    program 191)."""
+    import pydynamo
+    state = {}
+
+    def fn(x, c):
+        if c["v"].grad is not None:
+            return c["v"].grad.sum() + x.sum()
+        return x * 2
+
+    compiled = pydynamo.optimize("eager")(fn)
+    pydynamo.reset()
+    x = torch.randn(2)
+    steps = [(3, False), (2, True), (2, False), (5, True), (4, False), (6, True)]
+    for n, with_grad in steps:
+        state["v"] = torch.zeros(n).requires_grad_()
+        if with_grad:
+            state["v"].grad = torch.ones(n)
+        torch.testing.assert_close(compiled(x, state), fn(x, state))
+    pydynamo.reset()
